@@ -10,7 +10,7 @@ two listeners are told apart by the local port a request arrived on.
   there are `application/octet-stream`, `Content-Disposition: attachment`, nosniff and the sandbox, so
   no uploaded `.js` or `.html` counts as the dashboard's `'self'` (a `<script src>` refuses a non-script
   type under nosniff; a navigation downloads). Delivery paths are the edges' alone; the cluster
-  routes are not served there.
+  routes are not served there. Its root, `/`, sends to the dashboard.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ DASHBOARD_PORTS: web.AppKey[set[int]] = web.AppKey("dashboard_ports")  # local p
 DASHBOARD_URL = web.AppKey("dashboard_url", str)        # where the API listener sends /dashboard
 STORAGE_PREFIX = "/api/storage/"
 CLUSTER_PREFIX = "/_cluster"
+HOME_PATH = "/dashboard/"  # the dashboard's page (assetcdn/control/routes/dashboard.py)
 
 
 def on_dashboard_listener(request: web.Request) -> bool:
@@ -42,6 +43,8 @@ async def dashboard_origin_middleware(request: web.Request, handler: Handler) ->
     if on_dashboard_listener(request):
         if request.path.startswith(CLUSTER_PREFIX):
             raise web.HTTPNotFound()
+        if request.path == "/" and request.method in ("GET", "HEAD"):  # the port opened without a path
+            return web.Response(status=302, headers={"Location": HOME_PATH, "Cache-Control": "no-store"})
         return await handler(request)
     if is_dashboard_path(request.path):
         if request.method in ("GET", "HEAD"):

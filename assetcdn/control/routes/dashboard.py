@@ -24,7 +24,7 @@ from aiohttp import web
 from assetcdn.control.app_keys import DASHBOARD, public_url
 from assetcdn.control.dashboard.status import status_report
 from assetcdn.control.identity.dashboard_config import canonical_origin
-from assetcdn.control.identity.dashboard_origin import on_dashboard_listener
+from assetcdn.control.identity.dashboard_origin import HOME_PATH, on_dashboard_listener
 from assetcdn.control.identity.service import SESSIONS
 from assetcdn.control.identity.session import SESSION_COOKIE
 from assetcdn.shared.middleware import json_response
@@ -32,7 +32,6 @@ from assetcdn.shared.middleware import json_response
 ROOT = Path(__file__).resolve().parent.parent / "dashboard"
 STATIC = ROOT / "static"
 LOGIN_PATH = "/dashboard/login"
-HOME_PATH = "/dashboard/"
 CONTENT_TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml",
                  ".txt": "text/plain", ".png": "image/png", ".ico": "image/x-icon"}
 # media-src blob: is what hls.js needs (its MediaSource URLs; it runs without a worker here). Previews

@@ -21,6 +21,7 @@ from multidict import CIMultiDict
 from assetcdn.control.app_keys import DASHBOARD
 from assetcdn.control.identity.auth import cross_origin_refusal
 from assetcdn.control.identity.dashboard_config import DashboardConfig
+from assetcdn.control.identity.dashboard_origin import HOME_PATH
 from assetcdn.control.identity.login_attempts import Refused
 from assetcdn.control.identity.service import PASSKEYS, SESSIONS, SIGN_IN
 from assetcdn.control.identity.session import SESSION_COOKIE, clearing_cookies, issuing_cookies
@@ -32,7 +33,6 @@ from assetcdn.shared.middleware import REQUEST_ID
 PAGES = Path(__file__).resolve().parent.parent / "signin_page"
 ASSETS = {"login.js": "text/javascript", "login.css": "text/css"}
 LOGIN_PATH = "/dashboard/login"
-HOME_PATH = "/dashboard/"
 PASSKEYS_PATH = "/dashboard/setup-passkey"
 PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "

@@ -48,6 +48,18 @@ async def test_the_session_is_honoured_only_on_the_dashboard_listener(control: T
     assert resp.status == 404 and "Set-Cookie" not in resp.headers
 
 
+async def test_the_dashboard_listeners_root_leads_to_the_dashboard(control: TestClient) -> None:
+    """The dashboard's port opened without a path (http://localhost:8787/) leads to the dashboard (its sign-in page
+    without a session), not to an API's JSON 404; control's API listener answers / as before."""
+    for method in ("GET", "HEAD"):
+        resp = await control.request(method, "/", allow_redirects=False)
+        assert (resp.status, resp.headers.get("Location")) == (302, "/dashboard/"), method
+    resp = await control.get("/")
+    assert (resp.status, resp.url.path) == (200, "/dashboard/login")
+    control.app[DASHBOARD_PORTS].clear()  # now this server is control's API listener
+    assert (await control.get("/", allow_redirects=False)).status == 404
+
+
 async def test_stored_files_on_the_dashboard_listener_are_inert_downloads(control: TestClient, session: str) -> None:
     assert (await control.post("/api/core/zones", json={"Name": "gallery"}, headers=ACCOUNT)).status == 201
     for name, body in (("evil.js", b"fetch('/api/tokens')"), ("evil.html", b"<script>alert(1)</script>"),
