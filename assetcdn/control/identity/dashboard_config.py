@@ -106,3 +106,17 @@ class DashboardConfig:
 
     def allows_origin(self, origin: str | None) -> bool:
         return origin is not None and canonical_origin(origin) in self.origins
+
+    def cookie_dropped_on(self, origin: str) -> bool:
+        """Whether a browser on `origin` drops the session cookie: it is Secure, and browsers keep a Secure cookie
+        set over plain HTTP only on localhost (and its subdomains) and loopback addresses."""
+        parts = urlsplit(origin)
+        if not self.secure_cookies or parts.scheme != "http":
+            return False
+        host = (parts.hostname or "").lower()
+        if within_domain(host, "localhost"):
+            return False
+        try:
+            return not ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return True

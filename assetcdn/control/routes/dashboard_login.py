@@ -106,6 +106,12 @@ async def login(request: web.Request) -> web.Response:
         refusal = cross_origin_refusal(request, config)
         if refusal is not None:
             return _page(request, "login.html", status=403, notice=refusal.message)
+        origin = request.headers.get("Origin")
+        if origin is not None and config.cookie_dropped_on(origin):  # a sign-in the browser would silently undo
+            return _page(request, "login.html", status=403, notice=(
+                f"Signing in on {origin} cannot work: the session cookie is Secure, and browsers keep a Secure "
+                "cookie only over HTTPS or on localhost. Open the dashboard over HTTPS, or set [dashboard] "
+                "secure_cookies = false (not recommended)."))
     password = _form_password(await read_body(request))
     outcome = await request.app[SIGN_IN].with_password(caller_of(request), password)
     if isinstance(outcome, Refused):

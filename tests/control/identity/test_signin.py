@@ -144,6 +144,30 @@ class TestPasswordLogin:
         assert all("Secure" not in cookie for cookie in cookies_set(resp))
         assert all("SameSite=Strict" in cookie for cookie in cookies_set(resp))
 
+    async def test_plain_http_on_another_host_is_explained_instead_of_looping(self, make_control) -> None:  # noqa: F811
+        """A browser drops a Secure cookie set over plain HTTP on a host that is not localhost or a loopback address:
+        signing in there led back to the sign-in page without a word. The page now says why, and sets nothing."""
+        control = await make_control(ASSETCDN_DASHBOARD_PUBLIC_URL="http://cdn.test:8787")
+        resp = await password_login(control, Origin="http://cdn.test:8787")
+        assert (resp.status, cookies_set(resp)) == (403, [])
+        text = await resp.text()
+        assert "Secure" in text and "secure_cookies = false" in text and "HTTPS" in text
+        assert await audit_entries(control, "login") == []
+
+    @pytest.mark.parametrize("env, origin", [
+        ({"ASSETCDN_DASHBOARD_PUBLIC_URL": "https://cdn.test"}, "https://cdn.test"),
+        ({"ASSETCDN_DASHBOARD_PUBLIC_URL": "http://cdn.test:8787", "ASSETCDN_DASHBOARD_SECURE_COOKIES": "false"},
+         "http://cdn.test:8787"),
+        ({"ASSETCDN_DASHBOARD_PUBLIC_URL": "http://dash.localhost:8787"}, "http://dash.localhost:8787"),
+        ({"ASSETCDN_DASHBOARD_ORIGINS": "http://127.0.0.2:8787,http://[::1]:8787"}, "http://127.0.0.2:8787"),
+        ({"ASSETCDN_DASHBOARD_ORIGINS": "http://127.0.0.2:8787,http://[::1]:8787"}, "http://[::1]:8787"),
+    ])
+    async def test_where_browsers_keep_the_cookie_the_sign_in_goes_through(self, make_control, env: dict[str, str],  # noqa: F811
+                                                                          origin: str) -> None:
+        control = await make_control(**env)
+        resp = await password_login(control, Origin=origin)
+        assert resp.status == 302, await resp.text()
+
 
 class TestFailureLimit:
     async def test_five_failures_then_429_with_retry_after_even_for_the_right_password(
