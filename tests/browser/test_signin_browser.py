@@ -165,3 +165,36 @@ async def test_password_then_passkey_sign_in(chromium_binary: str, ports: tuple[
         await page.wait_for(f"location.href === {json.dumps(by_name + '/dashboard/')} && !!document.getElementById('signed-in')")
     finally:
         await browser.close()
+
+
+async def test_plain_http_on_another_host_says_what_to_change(chromium_binary: str, tmp_path: Path) -> None:
+    """The dashboard opened over plain HTTP on a name that is not localhost (dashboard.public_url
+    http://cdn.test:<port>, resolved to loopback for this browser only): the browser would drop the Secure session
+    cookie, so the right password is answered with the reason instead of the sign-in page again, and the passkey
+    note says passkeys need HTTPS there rather than pointing at the very page it is on."""
+    dashboard_listener = loopback_listener()
+    dashboard_port = dashboard_listener.getsockname()[1]
+    base = f"http://cdn.test:{dashboard_port}"
+    settings = load_settings(environ={"ASSETCDN_SERVER_DASHBOARD_PORT": str(dashboard_port),
+                                      "ASSETCDN_DASHBOARD_PUBLIC_URL": base})
+    control_server = TestServer(control.app.create_app(settings, SIGNIN_SECRETS, tmp_path / "data"))
+    await control_server.start_server()
+    await serve_dashboard(control_server, dashboard_listener)
+    browser = HeadlessChromium(chromium_binary, tmp_path / "profile",
+                               extra_flags=("--host-resolver-rules=MAP cdn.test 127.0.0.1",))
+    try:
+        await browser.open("about:blank")
+        page = Page(browser)
+        await page.goto(f"{base}/dashboard/login")
+        await page.wait_for("!!document.getElementById('passkey-status').textContent")
+        assert await page.js("document.getElementById('passkey-signin').disabled") is True
+        note = await page.js("document.getElementById('passkey-status').textContent")
+        assert "HTTPS" in note and base not in note, note
+        await page.js(f"document.getElementById('password').value = {json.dumps(PASSWORD)};"
+                      "document.querySelector('#password-form button[type=submit]').click()")
+        await page.wait_for("!!document.querySelector('.notice')")
+        notice = await page.js("document.querySelector('.notice').textContent")
+        assert notice.startswith(f"Signing in on {base} cannot work: the session cookie is Secure"), notice
+    finally:
+        await browser.close()
+        await control_server.close()

@@ -98,7 +98,9 @@
   const passkeysHere = typeof PublicKeyCredential !== "undefined" && (host === rpId || host.endsWith(`.${rpId}`));
   if (!passkeysHere && status) {
     const elsewhere = body.dataset.passkeyOrigin;
-    say(elsewhere ? `Passkeys work at ${elsewhere}${location.pathname}` : "Passkeys are not available here.");
+    say(!window.isSecureContext ? "Passkeys need HTTPS: browsers offer them over plain HTTP only on localhost."
+      : elsewhere && elsewhere !== location.origin ? `Passkeys work at ${elsewhere}${location.pathname}`
+        : "Passkeys are not available here.");
     document.querySelectorAll("#passkey-signin, #passkey-add button").forEach((b) => { b.disabled = true; });
   }
 

@@ -27,7 +27,8 @@ export async function render(container) {
   if (!passkeysWorkHere()) {
     add.disabled = true;
     const elsewhere = document.body.dataset.passkeyOrigin;
-    clear(note, "Browsers allow passkeys only on a domain name, not on an IP address. ",
+    if (!window.isSecureContext) clear(note, "Passkeys need HTTPS: browsers offer them over plain HTTP only on localhost.");
+    else clear(note, "Browsers allow passkeys only on a domain name, not on an IP address. ",
       elsewhere ? h("a", { href: `${elsewhere}/dashboard/#/passkeys` }, `Open the dashboard at ${elsewhere}`) : "Set [dashboard] passkey_rp_id.",
       " to add one.");
   }
