@@ -681,3 +681,37 @@ async def test_a_refused_folder_name_is_shown_in_the_dialog_with_the_name_kept(s
     await page.click("dialog[open] button[data-action=create]")
     await page.wait_for(f"location.hash === '#/files/{ZONE}/v1/spring-sale' && !document.querySelector('dialog[open]')")
     assert page.problems == []
+
+
+FAIL_LIST_READS = """(() => {{ const real = window.fetch;
+    window.fetch = (url, init) => (init && init.method === 'GET' && String(url).startsWith({path}))
+        ? Promise.reject(new TypeError('Failed to fetch')) : real(url, init); }})()"""
+
+
+async def test_a_secret_shown_once_is_shown_when_the_list_cannot_be_read_again(site: Site, browser: DashboardBrowser) -> None:
+    """A new token's and a new webhook's secret are shown only once: when the list cannot be read again just after
+    (the network, control restarting), the secret was lost with a created token or webhook left behind. It is shown,
+    and the list says it could not be refreshed."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "tokens", "!!document.querySelector('#token-list .empty')")
+    await page.js(FAIL_LIST_READS.format(path=json.dumps("/api/tokens")))
+    await page.fill("#token-name", "ci")
+    await page.js("document.querySelector(`#token-scopes input[value='storage:read']`).checked = true")
+    await page.click("#token-form button[type=submit]")
+    await page.wait_for("!!document.getElementById('token-secret') || !!document.getElementById('token-error').textContent")
+    assert await page.js("/^cdnsk_[0-9a-f]{40}$/.test(document.getElementById('token-secret')?.value || '')"), \
+        await page.text("#token-error")
+    await page.click("dialog[open] button[data-action=true]")
+    await page.wait_for("document.getElementById('token-list').textContent.includes('could not be refreshed')")
+
+    await open_view(page, base, "webhooks", "!!document.querySelector('#webhook-list .empty')")
+    await page.js(FAIL_LIST_READS.format(path=json.dumps("/api/webhooks")))
+    await page.fill("#webhook-url", f"{site.receiver}/ok")
+    await page.click("#webhook-form button[type=submit]")
+    await page.wait_for("!!document.getElementById('webhook-secret') || !!document.getElementById('webhook-error').textContent")
+    assert await page.js("/^whsec_/.test(document.getElementById('webhook-secret')?.value || '')"), \
+        await page.text("#webhook-error")
+    await page.click("dialog[open] button[data-action=true]")
+    await page.wait_for("document.getElementById('webhook-list').textContent.includes('could not be refreshed')")
+    assert page.problems == []

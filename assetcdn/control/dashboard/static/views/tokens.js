@@ -43,22 +43,26 @@ export async function render(container) {
     const chosen = [...scopes.querySelectorAll("input:checked")].map((i) => i.value);
     if (!name.value.trim()) { formError.textContent = "Give the token a name."; return; }
     if (!chosen.length) { formError.textContent = "Choose at least one scope."; return; }
+    let created;
     try {
-      const created = await post("/api/tokens", { name: name.value.trim(), scopes: chosen, expiresInDays: Number(expiry.value) });
-      form.reset();
-      await load();
-      const secret = h("input#token-secret", { type: "text", readOnly: true, value: created.token });
-      await dialog({
-        title: `Token ${created.name} created`,
-        body: h("div", null,
-          h("p.notice", null, "Copy the secret now: only its hash is kept, so it cannot be shown again."),
-          h("div.secret", null, secret, h("button", { type: "button", onclick: () => copyText(created.token) }, "Copy")),
-          h("p.muted.small", null, `Scopes: ${created.scopes.join(", ")} · expires ${formatDate(created.expiresAt)}`)),
-        actions: [{ label: "Done", value: true, class: "primary" }],
-      });
+      created = await post("/api/tokens", { name: name.value.trim(), scopes: chosen, expiresInDays: Number(expiry.value) });
     } catch (error) {
       formError.textContent = error.message;
+      return;
     }
+    form.reset();
+    // The secret is shown whatever happens to the list: it cannot be shown again.
+    const refreshed = load().catch((error) => clear(list, h("div.notice.error", null, `The list could not be refreshed: ${error.message}`)));
+    const secret = h("input#token-secret", { type: "text", readOnly: true, value: created.token });
+    await dialog({
+      title: `Token ${created.name} created`,
+      body: h("div", null,
+        h("p.notice", null, "Copy the secret now: only its hash is kept, so it cannot be shown again."),
+        h("div.secret", null, secret, h("button", { type: "button", onclick: () => copyText(created.token) }, "Copy")),
+        h("p.muted.small", null, `Scopes: ${created.scopes.join(", ")} · expires ${formatDate(created.expiresAt)}`)),
+      actions: [{ label: "Done", value: true, class: "primary" }],
+    });
+    await refreshed;
   }
 
   async function revoke(token) {

@@ -76,21 +76,25 @@ export async function render(container, { rest }) {
     event.preventDefault();
     formError.textContent = "";
     const chosen = [...events.querySelectorAll("input:checked")].map((i) => i.value);
+    let created;
     try {
-      const created = await post("/api/webhooks", { url: url.value.trim(), events: chosen });
-      form.reset();
-      selected = created.id;
-      await load();
-      await dialog({
-        title: "Webhook registered",
-        body: h("div", null, h("p.notice", null, "Copy the signing secret now: it is stored encrypted and cannot be shown again."),
-          h("div.secret", null, h("input#webhook-secret", { type: "text", readOnly: true, value: created.secret }),
-            h("button", { type: "button", onclick: () => copyText(created.secret) }, "Copy"))),
-        actions: [{ label: "Done", value: true, class: "primary" }],
-      });
+      created = await post("/api/webhooks", { url: url.value.trim(), events: chosen });
     } catch (error) {
       formError.textContent = error.message;
+      return;
     }
+    form.reset();
+    selected = created.id;
+    // The secret is shown whatever happens to the list: it cannot be shown again.
+    const refreshed = load().catch((error) => clear(list, h("div.notice.error", null, `The list could not be refreshed: ${error.message}`)));
+    await dialog({
+      title: "Webhook registered",
+      body: h("div", null, h("p.notice", null, "Copy the signing secret now: it is stored encrypted and cannot be shown again."),
+        h("div.secret", null, h("input#webhook-secret", { type: "text", readOnly: true, value: created.secret }),
+          h("button", { type: "button", onclick: () => copyText(created.secret) }, "Copy"))),
+      actions: [{ label: "Done", value: true, class: "primary" }],
+    });
+    await refreshed;
   }
 
   async function remove(hook) {
