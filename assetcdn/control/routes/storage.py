@@ -265,6 +265,9 @@ async def delete_file(request: web.Request) -> web.Response:
     git = request.app[GIT]
     if await git.run(git.is_dir, path.repo_path):
         files = await git.run(_directory_files, git, path)
+        if not files:  # listed, so not said not to exist
+            raise not_found(f"'{path.client_path}/' holds no file to delete (a zone's own v1/<category>/ directories "
+                            "stay).", target="path", code="FileNotFound")
         what = f"{path.client_path}/ ({sum(not _is_scaffold(f) for f in files)} files)"
     elif directory or path.segments[-1] == SCAFFOLD_FILE:
         files, what = [], path.client_path

@@ -429,8 +429,11 @@ class TestDelete:
     async def test_scaffolding_alone_is_nothing_to_delete(self, control: TestClient, zone: str, data_dir: Path,
                                                           path: str) -> None:
         head = head_commit(data_dir)
-        await expect_error(await control.delete(f"/api/storage/{path}", headers=ACCESS), 404, "FileNotFound")
+        body = await expect_error(await control.delete(f"/api/storage/{path}", headers=ACCESS), 404, "FileNotFound")
         assert head_commit(data_dir) == head
+        if path.endswith("/"):  # a directory the listing shows: not said not to exist
+            assert body["Message"] == "'akande/v1/titles/' holds no file to delete (a zone's own v1/<category>/ " \
+                                      "directories stay)."
 
     async def test_a_folder_made_empty_goes_with_its_delete(self, control: TestClient, zone: str, data_dir: Path) -> None:
         """A folder is kept in git by an empty .gitkeep (the dashboard's New folder): deleting it removes it, as does
