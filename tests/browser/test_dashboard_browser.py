@@ -715,3 +715,17 @@ async def test_a_secret_shown_once_is_shown_when_the_list_cannot_be_read_again(s
     await page.click("dialog[open] button[data-action=true]")
     await page.wait_for("document.getElementById('webhook-list').textContent.includes('could not be refreshed')")
     assert page.problems == []
+
+
+async def test_analytics_of_a_zone_not_listed_shows_every_zone_as_its_picker_says(site: Site,
+                                                                                 browser: DashboardBrowser) -> None:
+    """Analytics opened for a zone that is not listed (deleted since the link was kept, or mistyped) showed that zone's
+    numbers, all zero, under a picker reading 'All zones'; it now shows every zone's, as the picker and the link say."""
+    await seed_past_traffic(site)
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "analytics?days=30&zone=gone", "!!document.querySelector('[data-kpi=requests] .value')")
+    assert int((await page.text("[data-kpi=requests] .value")).replace(",", "")) > 1000  # the seeded traffic
+    assert await page.js("document.getElementById('analytics-zone').value") == "all"
+    assert await page.js("location.hash") == "#/analytics?days=30&zone=all"
+    assert page.problems == []

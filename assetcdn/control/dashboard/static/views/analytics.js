@@ -17,6 +17,9 @@ export async function render(container, { params }) {
   let days = PERIODS.includes(Number(params.get("days"))) ? Number(params.get("days")) : 7;
   let zone = params.get("zone") || "all";
   const zones = await get("/api/core/zones").catch(() => []);
+  // A zone not listed (deleted since the link was kept, or mistyped) has no numbers: every zone's are shown, as the
+  // picker says.
+  if (!zones.some((z) => z.Name === zone)) zone = "all";
   const periods = h("div.segmented#period");
   const zonePicker = h("select#analytics-zone", { "aria-label": "Zone", onchange: () => { zone = zonePicker.value; sync(); } },
     h("option", { value: "all" }, "All zones"), zones.map((z) => h("option", { value: z.Name, selected: z.Name === zone }, z.Name)));
@@ -78,6 +81,7 @@ export async function render(container, { params }) {
               h("td.mono", null, p.Path), h("td.num", null, formatNumber(p.Count))))))) : null)));
   }
 
+  if (params.get("zone") && zone !== params.get("zone")) history.replaceState(null, "", `#/analytics?days=${days}&zone=all`);
   showPeriods();
   await load();
 }
