@@ -729,3 +729,26 @@ async def test_analytics_of_a_zone_not_listed_shows_every_zone_as_its_picker_say
     assert await page.js("document.getElementById('analytics-zone').value") == "all"
     assert await page.js("location.hash") == "#/analytics?days=30&zone=all"
     assert page.problems == []
+
+
+async def test_a_private_svg_is_previewed(site: Site, browser: DashboardBrowser) -> None:
+    """Private files are previewed from the dashboard's origin, where a download is application/octet-stream: a
+    browser sniffs a raster image under that type but never an SVG, so a private SVG's preview and thumbnail were
+    broken images. Both show the drawing."""
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20"><rect width="40" height="20" fill="#f60"/></svg>'
+    async with ClientSession() as client:
+        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
+        assert resp.status == 201, await resp.text()
+        resp = await client.put(site.control.make_url(f"/api/storage/{ZONE}/v1/private/mark.svg"), data=svg,
+                                headers={**ACCESS, "Content-Type": "image/svg+xml"})
+        assert resp.status == 201, await resp.text()
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, f"files/{ZONE}/v1/private?file=mark.svg", "!!document.getElementById('preview-image')")
+    thumb = "document.querySelector('#file-list tr[data-name=\"mark.svg\"] .thumb')"
+    # Loaded or broken (a broken thumbnail is replaced by the file's extension).
+    await page.wait_for("(() => { const img = document.getElementById('preview-image'); return img.currentSrc && img.complete; })()"
+                        f" && ({thumb}.tagName === 'SPAN' || ({thumb}.currentSrc && {thumb}.complete))")
+    assert await page.js("document.getElementById('preview-image').naturalWidth") == 40
+    assert await page.js(f"{thumb}.tagName === 'IMG' && {thumb}.naturalWidth") == 40
+    assert page.problems == []

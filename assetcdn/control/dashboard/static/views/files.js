@@ -25,6 +25,26 @@ function isPrivate(repoPath) {
   return /^(clients\/[^/]+\/v1|stocks)\/private\//.test(repoPath);
 }
 
+// A private file is read from the dashboard's origin, where it is application/octet-stream: a browser sniffs a raster
+// image under that type but never an SVG, so an SVG is shown from a blob of its own type (an <img> runs none of its
+// scripts). `img` gets its src, or an error event when the file cannot be read.
+function showPrivateImage(img, repoPath, type) {
+  if (!/^image\/svg\+xml\b/.test(type || "")) {
+    img.src = storageUrl(repoPath);
+    return;
+  }
+  fetch(storageUrl(repoPath), { credentials: "same-origin" })
+    .then((response) => (response.ok ? response.blob() : Promise.reject(new Error(`${response.status}`))))
+    .then((blob) => {
+      const url = URL.createObjectURL(new Blob([blob], { type: "image/svg+xml" }));
+      const release = () => URL.revokeObjectURL(url);
+      img.addEventListener("load", release, { once: true });
+      img.addEventListener("error", release, { once: true });
+      img.src = url;
+    })
+    .catch(() => img.dispatchEvent(new Event("error")));
+}
+
 function hashFor(dir, file) {
   const path = dir.split("/").filter(Boolean).map((p) => encodeURIComponent(p)).join("/");
   return `#/files/${path}` + (file ? `?file=${encodeURIComponent(file)}` : "");
@@ -130,8 +150,10 @@ export async function render(container, { rest, params }) {
     if (entry.IsDirectory) return h("span.thumb.folder", null, icon(["M3 7a2 2 0 0 1 2-2h4l2 2h8a2 2 0 0 1 2 2v8a2 2 0 0 1-2 2H5a2 2 0 0 1-2-2z"]));
     const repoPath = repoPathOf(entry);
     if (isImage(entry)) {
-      const img = h("img.thumb", { alt: "", loading: "lazy", src: isPrivate(repoPath) ? storageUrl(repoPath) : base + cdnHref(cdnPath(repoPath)) });
+      const img = h("img.thumb", { alt: "", loading: "lazy" });
       img.addEventListener("error", () => img.replaceWith(h("span.thumb", null, extension(entry.ObjectName) || "?")), { once: true });
+      if (isPrivate(repoPath)) showPrivateImage(img, repoPath, entry.ContentType);
+      else img.src = base + cdnHref(cdnPath(repoPath));
       return img;
     }
     return h("span.thumb", null, extension(entry.ObjectName).slice(0, 4) || "file");
@@ -193,8 +215,10 @@ export async function render(container, { rest, params }) {
     const direct = isPrivate(repoPath) ? storageUrl(repoPath) : cdn;
     const type = entry.ContentType || "";
     if (isImage(entry)) {
-      const img = h("img#preview-image", { alt: entry.ObjectName, src: direct });
+      const img = h("img#preview-image", { alt: entry.ObjectName });
       img.addEventListener("error", () => { if (img.src !== location.origin + storageUrl(repoPath)) img.src = storageUrl(repoPath); }, { once: true });
+      if (isPrivate(repoPath)) showPrivateImage(img, repoPath, type);
+      else img.src = direct;
       return img;
     }
     const videoSource = repoPath.match(VIDEO_SOURCE);
