@@ -223,6 +223,20 @@ class TestLogout:
         resp = await control.get("/dashboard/logout", allow_redirects=False)
         assert resp.status == 302
 
+    @pytest.mark.parametrize("site", ["cross-site", "same-site"])
+    async def test_a_sign_out_link_on_another_site_signs_nobody_out(self, control: TestClient, site: str) -> None:
+        """A page elsewhere (another site, or a stored file on the edges, same-site) linking to /dashboard/logout: the
+        browser sends no SameSite=Strict cookie with it but applies the clearing cookies of the answer, so any page
+        could sign the operator out. Such a request changes nothing and leads to the dashboard."""
+        session = await signed_in(control)
+        resp = await control.get("/dashboard/logout", headers={"Sec-Fetch-Site": site}, allow_redirects=False)
+        assert (resp.status, resp.headers["Location"], cookies_set(resp)) == (302, "/dashboard/", [])
+        assert (await control.get("/api/passkeys", headers=with_session(session, origin=None))).status == 200
+        for own in ("same-origin", "none"):  # the dashboard's own link, and the address typed or bookmarked
+            resp = await control.get("/dashboard/logout", headers={"Sec-Fetch-Site": own}, allow_redirects=False)
+            assert (resp.status, resp.headers["Location"]) == (302, "/dashboard/login")
+            assert len(cookies_set(resp)) == 3
+
 
 class TestSessionScheme:
     async def test_changes_with_the_session_need_the_dashboards_origin(self, control: TestClient) -> None:
