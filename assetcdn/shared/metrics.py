@@ -17,7 +17,6 @@ metrics key answers 401 to everyone.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import os
 import time
 from bisect import bisect_left
@@ -39,6 +38,7 @@ from prometheus_client import (
 
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.middleware import PREPARED
+from assetcdn.shared.secrets import secret_matches
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 FLUSH_INTERVAL_S = 1.0
@@ -288,8 +288,7 @@ def metrics_key_presented(request: web.Request) -> bool:
     """True when the request carries this process's metrics key as a Bearer credential."""
     expected = request.app.get(METRICS_KEY, "")
     scheme, _, supplied = request.headers.get("Authorization", "").partition(" ")
-    return bool(expected) and scheme.lower() == "bearer" and \
-        hmac.compare_digest(supplied.strip().encode(), expected.encode())
+    return scheme.lower() == "bearer" and secret_matches(supplied.strip(), expected)
 
 
 def require_metrics_key(request: web.Request, what: str) -> None:

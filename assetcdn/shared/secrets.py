@@ -7,6 +7,7 @@ secrets file readable by anyone but its owner (to 0600). No secret value is ever
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import secrets
@@ -20,6 +21,18 @@ SECRETS_FILE = "secrets.env"
 DATA_DIR_MODE = 0o700
 SECRET_FILE_MODE = 0o600
 PRIVATE_UMASK = 0o077  # files and directories a process creates are its owner's only
+
+
+def field_bytes(value: str) -> bytes:
+    """A request field's value as the bytes the client sent: the servers read a field as UTF-8 with surrogate escapes
+    for the bytes that are not, which a plain ``encode()`` refuses (a 500 for a key sent as ``\\xff``)."""
+    return value.encode("utf-8", "surrogateescape")
+
+
+def secret_matches(supplied: str | None, expected: str) -> bool:
+    """Whether a key a request carries (a field's value, whatever its bytes) is `expected`, compared in constant
+    time; never for an empty `supplied` or `expected`."""
+    return bool(supplied) and bool(expected) and hmac.compare_digest(field_bytes(supplied or ""), expected.encode())
 
 
 @dataclass(frozen=True)

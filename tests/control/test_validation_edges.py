@@ -20,6 +20,7 @@ from assetcdn.control.routes.zones import zone_scaffold
 from assetcdn.shared.cluster import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from tests.control.expect import commit_count, expect_error, head_commit
 from tests.support.control import ACCESS, ACCOUNT, SECRETS, control_with_zone
+from tests.support.sockets import raw_answer
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 
@@ -204,3 +205,28 @@ async def test_cluster_timestamp_that_is_not_ascii_digits_is_401(control: TestCl
 async def test_analytics_country_with_a_trailing_newline_is_400(control: TestClient, country: str) -> None:
     hit = {"path": "akande/v1/logos/a.svg", "bytes": 10, "status": 200, "cache": "HIT", "country": country}
     await expect_legacy_400(await control.post("/api/analytics", json=hit))
+
+
+# -- credentials -----------------------------------------------------------------------------------------
+
+# A credential field whose bytes are not UTF-8, each on a route that reads that field: the server reads such a
+# value with surrogate escapes, and each comparison with the secret (or its hash) took it as text.
+NOT_UTF8_CREDENTIALS = [
+    ("GET", "/api/storage/akande/", b"AccessKey: \xff\xfe"),
+    ("GET", "/api/core/zones", b"AccountKey: a\xc3"),
+    ("GET", "/api/analytics", b"x-api-key: \xff"),
+    ("GET", "/api/core/zones", b"Authorization: Bearer cdnsk_" + b"a" * 39 + b"\xff"),
+    ("GET", "/metrics", b"Authorization: Bearer \xff"),
+    ("GET", "/api/health?deep=1", b"Authorization: Bearer \xff"),
+]
+
+
+@pytest.mark.parametrize(("method", "target", "field"), NOT_UTF8_CREDENTIALS)
+async def test_a_credential_that_is_not_utf8_is_401(control: TestClient, zone: str, method: str, target: str,
+                                                    field: bytes) -> None:
+    assert control.server.port is not None
+    answer = await raw_answer(control.server.port, f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+                              + field + b"\r\nConnection: close\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 401 "), answer[:300]
+    assert b"Unauthorized" in body

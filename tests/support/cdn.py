@@ -8,7 +8,6 @@ browser and to control's storage and purge APIs like an operator. The per-test `
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -29,6 +28,7 @@ from assetcdn.shared.config import Settings, load_settings
 from tests.edge.hit_server import HitTestServer
 from tests.integration.harness import LAZY_IMAGE_POOL
 from tests.support.control import ACCESS, ACCOUNT, METRICS, NO_MODEL, SECRETS
+from tests.support.sockets import raw_answer
 from tests.support.wait import WAIT_S, wait_until
 
 PURGE = {"x-api-key": SECRETS.purge_key}
@@ -70,13 +70,9 @@ CdnFactory = Callable[..., Awaitable[Cdn]]
 async def raw_status(cdn: Cdn, target: str, host: str) -> int:
     """The status of `GET <target>` sent as is (an absolute-form target is not what clients send)."""
     assert cdn.edge.server.port is not None
-    reader, writer = await asyncio.open_connection("127.0.0.1", cdn.edge.server.port)
-    try:
-        writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
-        head = await reader.readuntil(b"\r\n")
-        return int(head.split(b" ", 2)[1])
-    finally:
-        writer.close()
+    answer = await raw_answer(cdn.edge.server.port,
+                              f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+    return int(answer.split(b" ", 2)[1])
 
 
 def test_settings(env: dict[str, str]) -> Settings:

@@ -61,3 +61,15 @@ async def read_then_reset(port: int, request: bytes, read: int, timeout_s: float
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # its close resets
     finally:
         client.close()
+
+
+async def raw_answer(port: int, head: bytes, timeout_s: float = 30.0) -> bytes:
+    """What 127.0.0.1:`port` answers to `head` (a request head written as is, byte for byte, such as a field value
+    that is not UTF-8, which HTTP clients will not send), read until the server closes: `head` asks for that with
+    `Connection: close`."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(head)
+        return await asyncio.wait_for(reader.read(), timeout_s)
+    finally:
+        writer.close()

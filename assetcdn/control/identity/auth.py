@@ -15,7 +15,6 @@ its entry in the route table.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -33,7 +32,7 @@ from assetcdn.control.identity.session import session_cookie_value as session_co
 from assetcdn.control.identity.session import session_valid as session_valid
 from assetcdn.shared.errors import ApiError, LegacyError, unauthorized
 from assetcdn.shared.middleware import uses_legacy_envelope
-from assetcdn.shared.secrets import Secrets
+from assetcdn.shared.secrets import Secrets, secret_matches
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -83,12 +82,6 @@ class TokenGrant:
     scopes: frozenset[str]
 
 
-def _equal(supplied: str | None, expected: str) -> bool:
-    if not supplied:
-        return False
-    return hmac.compare_digest(supplied.encode(), expected.encode())
-
-
 def cross_origin_refusal(request: web.Request, config: DashboardConfig) -> ApiError | None:
     """The 403 for a browser request that does not come from the dashboard's own origins, else None.
 
@@ -126,7 +119,7 @@ class Authenticator:
                 supplied = headers.get("AccountKey")
             else:
                 supplied = headers.get("x-api-key")
-            if _equal(supplied, self._keys[key]):
+            if secret_matches(supplied, self._keys[key]):
                 return Principal("key", key.value)
         if access.scope:
             auth = headers.get("Authorization", "")

@@ -158,8 +158,8 @@ class TokenStore:
 
     async def lookup(self, secret: str) -> TokenGrant | None:
         """The grant of a live token, or None (unknown, revoked or expired: all treated as no credential)."""
-        if not secret.startswith(TOKEN_PREFIX) or len(secret) != len(TOKEN_PREFIX) + 40:
-            return None
+        if not (secret.startswith(TOKEN_PREFIX) and len(secret) == len(TOKEN_PREFIX) + 40 and secret.isascii()):
+            return None  # a field's bytes that are not UTF-8 come as surrogates, which no secret holds
         digest = token_hash(secret)
         row = await self.db.fetch_one(
             "SELECT id, hash, scopes, expires_at, revoked_at, last_used_at FROM tokens WHERE hash = ?", (digest,))

@@ -14,6 +14,7 @@ from tests.control.expect import expect_error
 from tests.shared.health_shape import assert_health_shape, assert_no_internal_addresses
 from tests.support.cdn import CdnFactory
 from tests.support.control import ACCOUNT, METRICS, SECRETS
+from tests.support.sockets import raw_answer
 
 
 async def test_shallow_health_has_the_published_shape_and_no_internal_address(make_cdn: CdnFactory,
@@ -56,6 +57,17 @@ async def test_metrics_need_the_metrics_key(make_cdn: CdnFactory) -> None:
     text = await resp.text()
     assert "# TYPE assetcdn_requests_total counter" in text
     assert 'route="/api/health"' in text
+
+
+async def test_a_metrics_key_that_is_not_utf8_is_401(make_cdn: CdnFactory) -> None:
+    """The key's bytes as sent (here not UTF-8, which the server reads with surrogate escapes): a 401, not a 500."""
+    cdn = await make_cdn()
+    assert cdn.edge.server.port is not None
+    for target in ("/metrics", "/api/health?deep=1"):
+        for field in (b"Authorization: Bearer \xff", b"Authorization: Bearer " + SECRETS.metrics_key.encode() + b"\xc3"):
+            answer = await raw_answer(cdn.edge.server.port, f"GET {target} HTTP/1.1\r\nHost: edge\r\n".encode()
+                                      + field + b"\r\nConnection: close\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 401 "), (target, field, answer[:300])
 
 
 async def test_health_asked_while_the_edges_loop_stalls_answers_200(make_cdn: CdnFactory) -> None:
