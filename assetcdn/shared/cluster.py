@@ -130,8 +130,9 @@ def verify_request(secret: str, method: str, path: str, body: bytes, headers: Ma
 
 
 def _forwarded_message(forwarded_for: str, timestamp: str) -> bytes:
-    # Four lines where a request's message has six: the one can never be taken for the other.
-    return f"FORWARDED\n{CONTROL_AUDIENCE}\n{forwarded_for}\n{timestamp}".encode()
+    # Four lines where a request's message has six: the one can never be taken for the other. The header's value as
+    # its bytes: a client's own X-Forwarded-For, which an edge forwards first, is read with surrogate escapes.
+    return f"FORWARDED\n{CONTROL_AUDIENCE}\n{forwarded_for}\n{timestamp}".encode("utf-8", "surrogateescape")
 
 
 def sign_forwarded(secret: str, forwarded_for: str, *, now: float | None = None) -> str:
