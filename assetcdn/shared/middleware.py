@@ -42,9 +42,24 @@ def json_response(body: object, status: int = 200, headers: dict[str, str] | Non
 _MARKUP_ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"))
 
 
+def _as_sent(value: object) -> object:
+    """`value` with each string's surrogate escapes (the bytes of a request that are not UTF-8, as the servers read
+    them, which JSON cannot hold) written as the bytes they stand for, `\\xff`."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if isinstance(value, dict):
+        return {key: _as_sent(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_sent(item) for item in value]
+    return value
+
+
 def error_response(error: ApiError | LegacyError, request_id: str) -> web.Response:
     headers = {"X-Request-ID": request_id, "X-API-Version": API_VERSION, **error.headers}
-    body = orjson.dumps(error.body(request_id))
+    try:
+        body = orjson.dumps(error.body(request_id))
+    except TypeError:  # a message quoting what a client sent in bytes that are not UTF-8
+        body = orjson.dumps(_as_sent(error.body(request_id)))
     for markup, escape in _MARKUP_ESCAPES:
         body = body.replace(markup, escape)
     return web.Response(body=body, status=error.status, content_type="application/json", headers=headers)

@@ -12,6 +12,7 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import orjson
 import pytest
 import pytest_asyncio
 from aiohttp import web
@@ -24,6 +25,7 @@ from assetcdn.shared.config import load_settings
 from tests.integration.harness import LAZY_IMAGE_POOL
 from tests.support.cdn import ZONE, Cdn, CdnFactory, shared_cdn_apps
 from tests.support.control import ACCESS, ACCOUNT, SECRETS
+from tests.support.sockets import raw_answer
 from tests.support.wait import WAIT_S, wait_until
 
 TRICKLERS = 120  # more than the default pool of connections to control (100), and far more than 4
@@ -150,6 +152,24 @@ async def test_an_unsupported_content_coding_is_refused_with_415(shared_cdn: Cdn
             assert resp.status == 415, (name, coding, body)
             assert body["error"]["code"] == "UnsupportedContentEncoding"
             assert resp.headers["Accept-Encoding"] == "gzip, deflate"
+
+
+@SHARED
+async def test_a_content_coding_that_is_not_utf8_is_refused_with_415(shared_cdn: Cdn) -> None:
+    """The 415 quotes the coding it refuses: one written in bytes that are not UTF-8 (which the server reads with
+    surrogate escapes, and JSON cannot hold) made that answer a 500, on the edge and on control."""
+    cdn = shared_cdn
+    for name, client in both(cdn):
+        assert client.server.port is not None
+        body = b"\x1f\x9d raw bytes"
+        answer = await raw_answer(client.server.port, (
+            f"PUT /api/storage/{ZONE}/v1/coded/{name}-raw.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"AccessKey: {SECRETS.access_key}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n").encode()
+            + b"Content-Encoding: x-\xff\r\n\r\n" + body)
+        head, _, text = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 415 "), (name, answer[:300])
+        assert orjson.loads(text)["error"]["code"] == "UnsupportedContentEncoding"
+        assert b"x-\\\\xff" in text, text  # the coding's bytes, escaped: '\\xff' in the JSON string
 
 
 @SHARED
