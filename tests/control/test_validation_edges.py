@@ -189,7 +189,7 @@ async def test_redirect_line_with_odd_digits_or_control_characters_is_400(contro
 
 # -- numbers ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cursor", ["\u00b2", "\u0663", "1\n"])
+@pytest.mark.parametrize("cursor", ["\u00b2", "\u0663", "1\n", str(2**63), "9" * 30, "9" * 5000])  # SQLite's integers: 64 bits
 async def test_log_cursor_that_is_not_ascii_digits_is_400(control: TestClient, cursor: str) -> None:
     resp = await control.get("/api/logs", params={"cursor": cursor}, headers=ACCOUNT)
     body = await expect_error(resp, 400, "InvalidParameter")

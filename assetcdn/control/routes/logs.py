@@ -67,7 +67,9 @@ async def logs(request: web.Request) -> web.StreamResponse:
     cursor = request.query.get("cursor")
     before = None
     if cursor:
-        if not (cursor.isascii() and cursor.isdigit()):  # isdigit() alone accepts "²", which int() refuses
+        # isdigit() alone accepts "²", which int() refuses; an id is one of SQLite's integers (64 bits: 19 digits, and
+        # int() refuses more than 4,300).
+        if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 19 and int(cursor) < 2**63):
             raise bad_request("'cursor' must be the cursor of a previous page.", target="cursor")
         before = int(cursor)
     log = request.app[REQUEST_LOG]
