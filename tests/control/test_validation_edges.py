@@ -196,6 +196,18 @@ async def test_log_cursor_that_is_not_ascii_digits_is_400(control: TestClient, c
     assert body["error"]["target"] == "cursor"
 
 
+@pytest.mark.parametrize("number", ["9" * 5000, "-" + "9" * 5000])  # int() reads at most 4,300 digits
+@pytest.mark.parametrize(("target", "headers"), [
+    ("/api/analytics?days=N", {"x-api-key": SECRETS.analytics_key}), ("/api/core/statistics?days=N", ACCOUNT),
+    ("/api/insights/summary?days=N", ACCOUNT), ("/api/core/audit-logs?days=N", ACCOUNT),
+    ("/api/core/audit-logs?limit=N", ACCOUNT), ("/api/logs?limit=N", ACCOUNT),
+    ("/api/webhooks/deliveries?limit=N", ACCOUNT), ("/api/webhooks/dead-letters?limit=N", ACCOUNT)])
+async def test_a_clamped_number_of_any_length_is_clamped(control: TestClient, target: str, headers: dict[str, str],
+                                                         number: str) -> None:
+    resp = await control.get(target.replace("N", number), headers=headers)
+    assert resp.status == 200, await resp.text()
+
+
 async def test_cluster_timestamp_that_is_not_ascii_digits_is_401(control: TestClient) -> None:
     resp = await control.get("/_cluster/config", headers={TIMESTAMP_HEADER: "\u00b2", SIGNATURE_HEADER: "00"})
     await expect_error(resp, 401, "Unauthorized")

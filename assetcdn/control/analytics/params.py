@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import re
 
+from assetcdn.shared.decimal_fields import bounded_decimal
+
 DAYS_DEFAULT = 7
 DAYS_MAXIMUM = 90            # statistics and insights keep 90 days
 ANALYTICS_DAYS_MAXIMUM = 30  # GET /api/analytics
 LIMIT_DEFAULT = 20
 LIMIT_MAXIMUM = 100          # top-assets
 
-_LEADING_INTEGER = re.compile(r"^\s*([+-]?\d+)")
+_LEADING_INTEGER = re.compile(r"^\s*([+-]?)(\d+)")
+# Beyond every maximum here, and every minimum once negative: a value of more digits clamps alike, unconverted.
+_BEYOND = 10**9
 
 
 def _leading_integer(value: object) -> int | None:
@@ -26,7 +30,10 @@ def _leading_integer(value: object) -> int | None:
     if not isinstance(value, str):
         return None
     found = _LEADING_INTEGER.match(value)
-    return int(found.group(1)) if found else None
+    if not found:
+        return None
+    number = bounded_decimal(found[2], _BEYOND)
+    return -number if found[1] == "-" else number
 
 
 def _clamp(value: object, default: int, maximum: int) -> int:

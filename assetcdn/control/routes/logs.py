@@ -25,6 +25,7 @@ from aiohttp import web
 from assetcdn.control.analytics.params import parse_limit
 from assetcdn.control.records.request_log import LEVELS, iso_now
 from assetcdn.control.records.service import REQUEST_LOG
+from assetcdn.shared.decimal_fields import bounded_decimal
 from assetcdn.shared.errors import bad_request
 from assetcdn.shared.middleware import json_response
 
@@ -67,11 +68,9 @@ async def logs(request: web.Request) -> web.StreamResponse:
     cursor = request.query.get("cursor")
     before = None
     if cursor:
-        # isdigit() alone accepts "²", which int() refuses; an id is one of SQLite's integers (64 bits: 19 digits, and
-        # int() refuses more than 4,300).
-        if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 19 and int(cursor) < 2**63):
+        # isdigit() alone accepts "²", which int() refuses; an id is one of SQLite's integers (64 bits).
+        if not (cursor.isascii() and cursor.isdigit()) or (before := bounded_decimal(cursor, 2**63)) == 2**63:
             raise bad_request("'cursor' must be the cursor of a previous page.", target="cursor")
-        before = int(cursor)
     log = request.app[REQUEST_LOG]
     records = await log.page(limit=limit + 1, before=before, since=since, level=level)
     more = len(records) > limit

@@ -266,7 +266,7 @@ async def test_store_must_be_open(tmp_path: Path) -> None:
 class TestParams:
     @pytest.mark.parametrize(("value", "expected"), [
         (None, 7), ("", 7), ("abc", 7), ("14", 14), (" 3 ", 3), ("7d", 7), ("0", 1), ("-5", 1),
-        ("1000", 90), (30, 30), (True, 7),
+        ("1000", 90), (30, 30), (True, 7), ("0" * 30 + "5", 5), ("9" * 5000, 90), ("-" + "9" * 5000, 1),
     ])
     def test_parse_days(self, value: object, expected: int) -> None:
         assert parse_days(value) == expected
