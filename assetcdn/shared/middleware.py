@@ -42,15 +42,20 @@ def json_response(body: object, status: int = 200, headers: dict[str, str] | Non
 _MARKUP_ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"))
 
 
-def _as_sent(value: object) -> object:
-    """`value` with each string's surrogate escapes (the bytes of a request that are not UTF-8, as the servers read
-    them, which JSON cannot hold) written as the bytes they stand for, `\\xff`."""
+def text_as_sent(value: str) -> str:
+    """`value`, a request's text, with its surrogate escapes (the bytes that are not UTF-8, as the servers read them,
+    which neither JSON nor SQLite can hold) written as the bytes they stand for, `\\xff`."""
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def as_sent(value: object) -> object:
+    """`value` with every string in it, dict keys included, as `text_as_sent` writes it."""
     if isinstance(value, str):
-        return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return text_as_sent(value)
     if isinstance(value, dict):
-        return {key: _as_sent(item) for key, item in value.items()}
+        return {as_sent(key): as_sent(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_as_sent(item) for item in value]
+        return [as_sent(item) for item in value]
     return value
 
 
@@ -59,7 +64,7 @@ def error_response(error: ApiError | LegacyError, request_id: str) -> web.Respon
     try:
         body = orjson.dumps(error.body(request_id))
     except TypeError:  # a message quoting what a client sent in bytes that are not UTF-8
-        body = orjson.dumps(_as_sent(error.body(request_id)))
+        body = orjson.dumps(as_sent(error.body(request_id)))
     for markup, escape in _MARKUP_ESCAPES:
         body = body.replace(markup, escape)
     return web.Response(body=body, status=error.status, content_type="application/json", headers=headers)

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from assetcdn.control.storage.database import Database
+from assetcdn.shared.middleware import as_sent, text_as_sent
 
 RETENTION_DAYS = 90
 USER_AGENT_MAX = 256
@@ -48,12 +49,14 @@ class AuditLog:
 
     async def append(self, action: str, *, ip: str, user_agent: str, request_id: str | None,
                      meta: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+        # A request's bytes that are not UTF-8 (a User-Agent, a query value) are kept escaped: SQLite and JSON refuse
+        # them as read, and the entry of a change must be written whatever its caller sent.
         entry = {"timestamp": _iso(datetime.fromtimestamp(time.time() if now is None else now, UTC)),
-                 "action": action, "ip": ip, "userAgent": user_agent[:USER_AGENT_MAX], "requestId": request_id,
-                 "meta": meta}
+                 "action": action, "ip": ip, "userAgent": text_as_sent(user_agent[:USER_AGENT_MAX]),
+                 "requestId": request_id, "meta": as_sent(meta)}
         await self.db.write(
             "INSERT INTO audit_log (timestamp, action, ip, user_agent, request_id, meta) VALUES (?, ?, ?, ?, ?, ?)",
-            (entry["timestamp"], action, ip, entry["userAgent"], request_id, orjson.dumps(meta).decode()))
+            (entry["timestamp"], action, ip, entry["userAgent"], request_id, orjson.dumps(entry["meta"]).decode()))
         return entry
 
     async def entries(self, *, days: int, action: str | None, limit: int,

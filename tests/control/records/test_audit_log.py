@@ -18,6 +18,7 @@ from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
 from assetcdn.shared.config import load_settings
 from tests.control.expect import expect_error, parse_time
 from tests.support.control import ACCESS, ACCOUNT, SECRETS, forwarded_for
+from tests.support.sockets import raw_answer
 
 ENTRY_FIELDS = {"timestamp", "action", "ip", "userAgent", "requestId", "meta"}
 PURGE = {"x-api-key": SECRETS.purge_key}
@@ -122,6 +123,20 @@ async def test_user_agent_is_cut_at_256(control: TestClient) -> None:
                               headers={**ACCOUNT, "User-Agent": "u" * 1000})
     assert resp.status == 201
     assert (await entries(control))[0]["userAgent"] == "u" * 256
+
+
+async def test_a_user_agent_that_is_not_utf8_is_audited_as_its_bytes(control: TestClient) -> None:
+    """The entry of a mutation whose User-Agent is not UTF-8 (read with surrogate escapes, which SQLite refuses) was
+    not written: whoever held a key could make changes that the audit log never showed."""
+    assert control.server.port is not None
+    body = b'{"Name": "akande"}'
+    answer = await raw_answer(control.server.port, (
+        f"POST /api/core/zones HTTP/1.1\r\nHost: 127.0.0.1\r\nAccountKey: {SECRETS.account_key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n").encode()
+        + b"User-Agent: tool/\xff\xfe\r\n\r\n" + body)
+    assert answer.startswith(b"HTTP/1.1 201 "), answer[:300]
+    [entry] = await entries(control)
+    assert (entry["action"], entry["meta"]["name"], entry["userAgent"]) == ("zone.create", "akande", "tool/\\xff\\xfe")
 
 
 @pytest.mark.parametrize(("peer_headers", "expected"), [
