@@ -25,6 +25,8 @@ from typing import Any
 
 import orjson
 
+from assetcdn.shared.middleware import as_sent
+
 log = logging.getLogger(__name__)
 OUTPUTS = ("off", "stdout", "file")
 MAX_BUFFERED = 500_000   # deliveries waiting for the writer; past it they are dropped (and counted)
@@ -103,7 +105,11 @@ class AccessLog:
                 "method": method, "path": "/" + path, "status": status, "bytes": sent, "cache": cache,
                 "duration_ms": int(duration_s * 1e6) / 1000, "client_ip": ip, "country": country,
                 "request_id": request_id, "aborted": aborted}
-            line = dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+            try:
+                line = dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+            except TypeError:  # a client's bytes that are not UTF-8 (a Host), read with surrogate escapes
+                record = {name: as_sent(value) for name, value in record.items()}
+                line = dumps(record, option=orjson.OPT_APPEND_NEWLINE)
             lines.append(line if len(line) <= MAX_LINE else _shortened(record))
         return lines
 
@@ -116,6 +122,8 @@ class AccessLog:
                 self._to_file(lines)
         except OSError as exc:
             log.warning("access log: %d lines not written: %s", len(lines), exc)
+        except Exception:  # never raised to the worker's shipping task, which stopped every later count with it
+            log.exception("access log: %d deliveries not written", len(deliveries))
 
     @staticmethod
     def _to_stdout(lines: list[bytes]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from tests.support.cdn import ZONE
 from tests.support.control import ACCOUNT
 from tests.support.hit_cdn import HitCdn, HitCdnFactory, access_lines, request_bytes
-from tests.support.sockets import RCVBUF, REALLY_WRITTEN_MAX
+from tests.support.sockets import RCVBUF, REALLY_WRITTEN_MAX, raw_answer
 from tests.support.wait import wait_until
 
 BIG = os.urandom(REALLY_WRITTEN_MAX + 2 * 1024 * 1024)
@@ -106,3 +106,27 @@ async def test_resets_move_bandwidth_and_the_log_by_what_was_sent(make_hit_cdn: 
     requests_after, sent_after = await bandwidth(cdn)
     assert requests_after == requests + len(lines)
     assert sent_after - sent == sum(line["bytes"] for line in lines) <= len(attacks) * REALLY_WRITTEN_MAX
+
+
+async def test_a_host_that_is_not_utf8_stops_neither_the_log_nor_the_counts(make_hit_cdn: HitCdnFactory) -> None:
+    """A request whose Host is not UTF-8 (400 InvalidHost; the server reads such bytes with surrogate escapes) is
+    logged with them escaped. Its access-log line could not be written as JSON: the worker's shipping task died
+    there, and with it every later access-log line and every count control was to get from that worker."""
+    cdn = await make_hit_cdn(**ENV)
+    await cdn.upload(f"{ZONE}/v1/small.bin", SMALL)
+
+    async def counted(requests: int) -> bool:  # shipped by the worker's own task, as it runs in production
+        resp = await cdn.control.get(f"/api/core/statistics?days=1&zone={ZONE}", headers=ACCOUNT)
+        return (await resp.json())["Summary"]["TotalRequests"] >= requests
+
+    answer = await raw_answer(cdn.port, f"GET /{ZONE}/v1/small.bin HTTP/1.1\r\n".encode()
+                              + b"Host: a\xffb.example\r\nConnection: close\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    await wait_until(partial(counted, 1), "the 400 counted at control")
+    connection = await cdn.connect()
+    assert (await connection.request(f"/{ZONE}/v1/small.bin")).status == 200
+    connection.close()
+    await wait_until(partial(counted, 2), "the 200 after it counted at control")
+    lines = await access_lines(cdn, 2)
+    assert [(line["host"], line["status"]) for line in lines[:1]] == [("a\\xffb.example", 400)]
+    assert lines[1]["status"] == 200
