@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from assetcdn.edge.transform.options import AssetUrlError, parse_source_url
+from assetcdn.shared.decimal_fields import bounded_decimal
 from assetcdn.shared.errors import ApiError
 
 SIZE_RANGE = (8, 64)
@@ -33,11 +34,12 @@ def _parse_int(query: Mapping[str, str], name: str, bounds: tuple[int, int], def
         return default
     low, high = bounds
     text = raw.strip()
-    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:  # "²".isdigit() is True
+    # "²".isdigit() is True; past `high`, the digits are not converted (int() refuses more than 4,300).
+    if not (text.isascii() and text.isdigit()) or not low <= (number := bounded_decimal(text, high + 1)) <= high:
         raise ApiError(400, "InvalidParameter",
                        f"Parameter '{name}' must be an integer from {low} to {high} (default {default}); got '{raw}'.",
                        target=name)
-    return int(text)
+    return number
 
 
 def parse_placeholder_params(query: Mapping[str, str], *, with_blur: bool) -> PlaceholderParams:

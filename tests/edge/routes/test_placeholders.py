@@ -99,6 +99,9 @@ async def test_placeholder_errors_use_the_standard_envelope(shared_cdn: Cdn) -> 
         (f"/api/lqip?url=/{photo}&size=7", 400, "InvalidParameter"),
         (f"/api/lqip?url=/{photo}&size=65", 400, "InvalidParameter"),
         (f"/api/lqip?url=/{photo}&blur=0", 400, "InvalidParameter"),
+        (f"/api/lqip?url=/{photo}&size={'9' * 5000}", 400, "InvalidParameter"),  # past int()'s 4,300 digits
+        (f"/api/blurhash?url=/{photo}&size={'9' * 5000}", 400, "InvalidParameter"),
+        (f"/api/lqip?url=/{photo}&blur={'9' * 5000}", 400, "InvalidParameter"),
         (f"/api/blurhash?url=/{ZONE}/v1/banners/none.png", 404, "AssetNotFound"),
         (f"/api/lqip?url=/{ZONE}/v1/banners/notes.txt", 422, "UndecodableImage"),
     ]
