@@ -20,6 +20,7 @@ from assetcdn.control.request_body import read_body, read_json, size_text
 from assetcdn.control.storage.edge_config_store import EdgeConfigStore
 from assetcdn.control.storage.git_store import GitStore, NothingToCommit
 from assetcdn.control.storage.service import EDGE_CONFIG, GIT, MANIFEST
+from assetcdn.shared.conditionals import etag_matches, if_match_holds, joined_field
 from assetcdn.shared.errors import (
     ApiError,
     bad_request,
@@ -130,6 +131,41 @@ def _supplied_checksum(request: web.Request) -> str | None:
     return value.upper()
 
 
+async def _stored_etag(request: web.Request, repo_path: str, found: tuple[str, bytes] | None) -> str | None:
+    """The ETag a file's answers carry, from its tree entry `found` (None: no file): the manifest's SHA-256 when it
+    lists that very blob, else the content's own (a commit the manifest has not taken in yet; off the loop)."""
+    if found is None:
+        return None
+    entry = request.app[MANIFEST].entries.get(cdn_path_of(repo_path))
+    if entry is not None and entry.blob_id == found[0]:
+        return f'"{entry.sha256}"'
+    return f'"{(await asyncio.to_thread(hashlib.sha256, found[1])).hexdigest()}"'
+
+
+def _precondition_failed(field: str) -> ApiError:
+    return ApiError(412, "PreconditionFailed", f"The {field} condition does not hold for the stored file; nothing "
+                    "was changed. Read its current ETag (GET or HEAD) and send the change again.", target=field)
+
+
+async def _check_write_conditions(request: web.Request, repo_path: str, *, absent_is_404: bool = False) -> None:
+    """If-Match and If-None-Match of a PUT or DELETE against the file stored at `repo_path` now (RFC 9110 13.1.1,
+    13.1.2): 412 PreconditionFailed when one does not hold. `*` names any stored file; If-Match compares strongly.
+    Run under the commit lock (a PUT's also before its body is read), so no write slips between. With
+    `absent_is_404` (a DELETE) a file gone meanwhile is left to its 404, which comes before any condition (13.2.1)."""
+    if_match, if_none_match = joined_field(request, "If-Match"), joined_field(request, "If-None-Match")
+    if if_match is None and if_none_match is None:
+        return
+    git = request.app[GIT]
+    found = await git.run(git.read_file, repo_path)
+    if found is None and absent_is_404:
+        return
+    etag = await _stored_etag(request, repo_path, found)
+    if if_match is not None and (etag is None or not if_match_holds(if_match, etag)):
+        raise _precondition_failed("If-Match")
+    if if_none_match is not None and etag is not None and etag_matches(if_none_match, etag):
+        raise _precondition_failed("If-None-Match")
+
+
 def _edge_fields(published: Published, status: str) -> dict[str, str]:
     return {"EdgeStatus": status, "EdgeNote": published.edge_note}
 
@@ -149,6 +185,7 @@ async def put_file(request: web.Request) -> web.Response:
         pulled = await pull_zone_problem(request.app[EDGE_CONFIG], path.zone)
         if pulled:
             raise conflict(pulled, target="path", code="PullZone")
+        await _check_write_conditions(request, path.repo_path)
 
     await writable()  # before reading the body; checked again under the commit lock
     checksum = _supplied_checksum(request)  # before the body too: a malformed one is refused unread
@@ -235,8 +272,14 @@ async def _file_response(request: web.Request, with_body: bool) -> web.StreamRes
     entry = request.app[MANIFEST].entries.get(path.cdn_path)
     headers = {"Content-Type": entry.content_type if entry else content_type_of(path.repo_path)}
     if entry:
-        headers["ETag"] = f'"{entry.sha256}"'
+        headers["ETag"] = etag = f'"{entry.sha256}"'
         headers["Checksum"] = entry.sha256.upper()
+        # RFC 9110 13.2.2: If-Match first, then If-None-Match, which answers a read 304.
+        if_match, if_none_match = joined_field(request, "If-Match"), joined_field(request, "If-None-Match")
+        if if_match is not None and not if_match_holds(if_match, etag):
+            raise _precondition_failed("If-Match")
+        if if_none_match is not None and etag_matches(if_none_match, etag):
+            return web.Response(status=304, headers={"ETag": etag})
     if not with_body:
         headers["Content-Length"] = str(found)
         return web.Response(status=200, headers=headers)
@@ -274,11 +317,16 @@ async def delete_file(request: web.Request) -> web.Response:
     else:
         files = [path.repo_path] if await git.run(git.read_file, path.repo_path) is not None else []
         what = path.client_path
+
+    async def conditions() -> None:  # a file's If-Match / If-None-Match, under the commit lock
+        await _check_write_conditions(request, path.repo_path, absent_is_404=True)
+
     if not files:
         raise not_found(f"'{path.client_path}' does not exist or holds no files.", target="path",
                         code="FileNotFound")
     try:
-        published = await request.app[PUBLISHER].commit({f: None for f in files}, f"Delete {what} via Storage API")
+        published = await request.app[PUBLISHER].commit({f: None for f in files}, f"Delete {what} via Storage API",
+                                                        precondition=None if files != [path.repo_path] else conditions)
     except NothingToCommit:  # a concurrent delete got there first
         raise not_found(f"'{path.client_path}' does not exist.", target="path", code="FileNotFound") from None
     return json_response({"HttpCode": 200, "Message": f"Deleted {what}.", "Path": path.client_path,

@@ -59,10 +59,11 @@ from assetcdn.edge.fastpath.pull_fill import PullFills
 from assetcdn.edge.fastpath.sendfile import keep_alive_probes
 from assetcdn.edge.routes.delivery import delivery_route_name
 from assetcdn.edge.site_config import EdgeConfig, canonical_host, is_valid_host
-from assetcdn.edge.states.deliver import content_range, etag_matches, parse_range
+from assetcdn.edge.states.deliver import content_range, parse_range
 from assetcdn.edge.states.recv import PullPath
 from assetcdn.edge.tls.h2 import Fields, response_fields
 from assetcdn.edge.tls.policy import HSTS_HEADER, hsts_value, redirects_plain_http
+from assetcdn.shared.conditionals import etag_matches
 from assetcdn.shared.http_server import header_timeout_s
 from assetcdn.shared.metrics import LATENCY_BUCKETS, METRICS
 from assetcdn.shared.middleware import REQUEST_IDS

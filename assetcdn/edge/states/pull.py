@@ -62,12 +62,7 @@ from assetcdn.edge.origin_client import (
 )
 from assetcdn.edge.shield import SHIELD_FIRST_BYTE_SHARE, from_edge, stale_at_shield
 from assetcdn.edge.site_config import PullZone, request_host
-from assetcdn.edge.states.deliver import (
-    etag_matches,
-    joined_field,
-    parse_range,
-    request_header_changes,
-)
+from assetcdn.edge.states.deliver import parse_range, request_header_changes
 from assetcdn.edge.states.feed import ClientFeed, Rest, Watch, rest_of
 from assetcdn.edge.states.freshness import (
     ERROR_STATUSES,
@@ -107,6 +102,7 @@ from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.cache_results import CacheResult
 from assetcdn.shared.cdn_cookies import CookieHost, is_cdn_cookie, may_set
+from assetcdn.shared.conditionals import etag_matches, joined_field
 from assetcdn.shared.config import Settings
 from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.decimal_fields import bounded_decimal

@@ -559,3 +559,73 @@ async def test_an_upload_under_another_transfer_coding_than_chunked_is_501_and_s
     assert answer.startswith(b"HTTP/1.1 501 "), answer[:80]
     assert b"UnsupportedTransferCoding" in answer
     assert (await control.get(f"/api/storage/{zone}/coded.txt", headers=ACCESS)).status == 404
+
+
+class TestConditionalRequests:
+    """A file's answers carry its ETag; If-Match and If-None-Match are held to it (RFC 9110 13.1.1, 13.1.2), so two
+    clients editing one file cannot overwrite each other's change unknowingly."""
+
+    async def test_put_with_an_if_match_of_an_older_version_is_412_and_stores_nothing(
+            self, control: TestClient, zone: str, data_dir: Path) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        first = (await control.head(f"/api/storage/{LOGO_PATH}", headers=ACCESS)).headers["ETag"]
+        await upload(control, LOGO_PATH, LOGO + b"<!-- theirs -->")  # another client's change
+        head = head_commit(data_dir)
+        resp = await control.put(f"/api/storage/{LOGO_PATH}", data=LOGO + b"<!-- mine -->",
+                                 headers={**ACCESS, "If-Match": first})
+        body = await expect_error(resp, 412, "PreconditionFailed")
+        assert body["error"]["target"] == "If-Match"
+        assert head_commit(data_dir) == head
+        assert await (await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS)).read() == LOGO + b"<!-- theirs -->"
+
+    async def test_put_with_the_current_etag_in_if_match_is_stored(self, control: TestClient, zone: str) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        current = (await control.head(f"/api/storage/{LOGO_PATH}", headers=ACCESS)).headers["ETag"]
+        body = await upload(control, LOGO_PATH, LOGO + b" ", **{"If-Match": f'"other", {current}'})
+        assert body["EdgeStatus"] == "purging"
+        assert await (await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS)).read() == LOGO + b" "
+
+    async def test_put_with_if_match_star_needs_a_stored_file(self, control: TestClient, zone: str) -> None:
+        await expect_error(await control.put(f"/api/storage/{LOGO_PATH}", data=LOGO,
+                                             headers={**ACCESS, "If-Match": "*"}), 412, "PreconditionFailed")
+        await expect_error(await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS), 404, "FileNotFound")
+
+    async def test_put_with_if_none_match_star_creates_but_never_overwrites(self, control: TestClient,
+                                                                          zone: str) -> None:
+        body = await upload(control, LOGO_PATH, LOGO, **{"If-None-Match": "*"})
+        assert body["EdgeStatus"] == "pending"
+        resp = await control.put(f"/api/storage/{LOGO_PATH}", data=b"<svg/>", headers={**ACCESS, "If-None-Match": "*"})
+        await expect_error(resp, 412, "PreconditionFailed")
+        assert await (await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS)).read() == LOGO
+
+    async def test_delete_with_an_if_match_of_an_older_version_is_412_and_keeps_the_file(
+            self, control: TestClient, zone: str) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        first = (await control.head(f"/api/storage/{LOGO_PATH}", headers=ACCESS)).headers["ETag"]
+        await upload(control, LOGO_PATH, LOGO + b" ")
+        await expect_error(await control.delete(f"/api/storage/{LOGO_PATH}", headers={**ACCESS, "If-Match": first}),
+                           412, "PreconditionFailed")
+        assert (await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS)).status == 200
+        current = (await control.head(f"/api/storage/{LOGO_PATH}", headers=ACCESS)).headers["ETag"]
+        resp = await control.delete(f"/api/storage/{LOGO_PATH}", headers={**ACCESS, "If-Match": current})
+        assert resp.status == 200, await resp.text()
+
+    @pytest.mark.parametrize("method", ["GET", "HEAD"])
+    async def test_a_read_with_the_current_etag_in_if_none_match_is_304(self, control: TestClient, zone: str,
+                                                                         method: str) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        etag = (await control.head(f"/api/storage/{LOGO_PATH}", headers=ACCESS)).headers["ETag"]
+        resp = await control.request(method, f"/api/storage/{LOGO_PATH}", headers={**ACCESS, "If-None-Match": etag})
+        assert resp.status == 304
+        assert resp.headers["ETag"] == etag
+        assert await resp.read() == b""
+        changed = await control.request(method, f"/api/storage/{LOGO_PATH}",
+                                        headers={**ACCESS, "If-None-Match": '"an-older-version"'})
+        assert changed.status == 200
+        assert await changed.read() == (LOGO if method == "GET" else b"")
+
+    async def test_a_read_with_an_if_match_of_another_version_is_412(self, control: TestClient, zone: str) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        await expect_error(await control.get(f"/api/storage/{LOGO_PATH}",
+                                             headers={**ACCESS, "If-Match": '"an-older-version"'}),
+                           412, "PreconditionFailed")

@@ -1,10 +1,10 @@
-"""If-None-Match against the ETag an answer carries (assetcdn/edge/states/deliver.py `etag_matches`)."""
+"""If-None-Match against the ETag an answer carries (assetcdn/shared/conditionals.py `etag_matches`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from assetcdn.edge.states.deliver import etag_matches
+from assetcdn.shared.conditionals import etag_matches
 
 
 @pytest.mark.parametrize(("if_none_match", "etag", "matches"), [

@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assetcdn.edge.states import freshness
-from assetcdn.edge.states.deliver import etag_matches, if_match_holds, parse_range
+from assetcdn.edge.states.deliver import parse_range
+from assetcdn.shared.conditionals import etag_matches, if_match_holds
 
 PROPERTIES = settings(max_examples=400, derandomize=True, database=None, deadline=None,
                       suppress_health_check=list(HealthCheck))
