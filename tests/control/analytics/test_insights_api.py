@@ -177,3 +177,16 @@ async def test_daily_lists_are_newest_first_everywhere(control: TestClient) -> N
     assert [d["Date"] for d in (await get(control, "/api/insights/asset", path=LOGO))["Daily"]] == newest_first
     resp = await control.get("/api/analytics", headers={"x-api-key": SECRETS.analytics_key})
     assert [d["date"] for d in (await resp.json())["data"]] == newest_first
+
+
+@pytest.mark.parametrize("path", ["/api/core/statistics", "/api/insights/summary", "/api/insights/top-assets",
+                                  "/api/insights/geography", "/api/insights/errors"])
+async def test_the_served_reference_lists_the_zone_filter_of_every_report_that_takes_it(
+        control: TestClient, path: str) -> None:
+    # Each of these routes filters by `zone` (test_days_and_zone_filters, test_top_assets_geography_and_errors) and
+    # refuses a malformed one; a client made from /api/openapi.json knows of the filter only from the document.
+    await expect_error(await control.get(path, params={"zone": "../etc"}, headers=ACCOUNT), 400, "InvalidParameter")
+    reference = await (await control.get("/api/openapi.json")).json()
+    for method in ("get", "head"):
+        names = {p["name"] for p in reference["paths"][path][method].get("parameters", []) if p["in"] == "query"}
+        assert {"days", "zone"} <= names, (method, names)
