@@ -7,11 +7,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import jsonschema_rs
 import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.control.expect import expect_error, parse_time
-from tests.support.analytics import hit, send_batch
+from tests.support.analytics import ANALYTICS_KEY, hit, send_batch
 from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 LOGO = "akande/v1/logos/logo.svg"
@@ -190,3 +191,29 @@ async def test_the_served_reference_lists_the_zone_filter_of_every_report_that_t
     for method in ("get", "head"):
         names = {p["name"] for p in reference["paths"][path][method].get("parameters", []) if p["in"] == "query"}
         assert {"days", "zone"} <= names, (method, names)
+
+
+@pytest.mark.usefixtures("traffic")
+@pytest.mark.parametrize(("path", "params", "headers"), [
+    ("/api/core/statistics", {}, ACCOUNT),
+    ("/api/insights/summary", {"zone": "akande"}, ACCOUNT),
+    ("/api/insights/top-assets", {}, ACCESS),
+    ("/api/insights/geography", {}, ACCESS),
+    ("/api/insights/errors", {}, ACCESS),
+    ("/api/insights/asset", {"path": "/" + ICON}, ACCESS),
+    ("/api/analytics", {"days": "2"}, ANALYTICS_KEY),
+])
+async def test_every_report_is_answered_as_the_served_reference_describes_it(
+        control: TestClient, path: str, params: dict[str, str], headers: dict[str, str]) -> None:
+    """The document names each report's fields, so a client made from it can read them: the answer holds to its
+    schema, and every field answered is one the schema names as required."""
+    resp = await control.get(path, params=params, headers=headers)
+    assert resp.status == 200, await resp.text()
+    answer = await resp.json()
+    reference = await (await control.get("/api/openapi.json")).json()
+    schema = reference["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    validator = jsonschema_rs.Draft202012Validator({**schema, "components": reference["components"]},
+                                                   validate_formats=True)
+    assert [error.message for error in validator.iter_errors(answer)] == []
+    named = reference["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    assert set(answer) == set(named["required"]) == set(named["properties"]) - {"Note"}
