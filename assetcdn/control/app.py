@@ -231,6 +231,16 @@ def session_scopes(routes: tuple[Route, ...]) -> frozenset[str]:
 
 
 async def _not_found(request: web.Request) -> web.StreamResponse:
+    """No route takes this method on this path: 405 with Allow when another method's route has the path (RFC 9110
+    15.5.6; aiohttp would say so itself, but this catch-all matches any method first), else 404. Only such requests
+    look."""
+    catch_all = request.match_info.route.resource
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        if resource is not catch_all:
+            allowed |= (await resource.resolve(request))[1]
+    if allowed:
+        raise web.HTTPMethodNotAllowed(request.method, allowed)
     raise web.HTTPNotFound()
 
 

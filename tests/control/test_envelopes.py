@@ -110,7 +110,7 @@ async def test_successful_responses_carry_the_version_headers(control: TestClien
 @IN_MODULE_LOOP
 @pytest.mark.parametrize(("method", "path"), [
     ("GET", "/api/nothing"), ("POST", "/api/nothing/here"), ("GET", "/api/"), ("GET", "/api/core/zones/akande/x"),
-    ("PATCH", "/api/tokens"), ("GET", "/api/core"), ("GET", "/api/storagex/a.svg"),
+    ("PATCH", "/api/nothing"), ("GET", "/api/core"), ("GET", "/api/storagex/a.svg"),
 ])
 async def test_unknown_api_paths_are_404_in_the_standard_envelope(refusing: TestClient, method: str,
                                                                   path: str) -> None:
@@ -118,6 +118,26 @@ async def test_unknown_api_paths_are_404_in_the_standard_envelope(refusing: Test
     for headers in ({}, ACCESS, ACCOUNT):
         body = await expect_error(await refusing.request(method, path, headers=headers), 404, "NotFound")
         assert path in body["Message"]
+
+
+@IN_MODULE_LOOP
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("PUT", "/api/core/zones", {"GET", "HEAD", "POST"}),
+    ("PUT", "/api/core/rules", {"GET", "HEAD", "POST"}),
+    ("PATCH", "/api/core/zones/akande", {"GET", "HEAD", "DELETE"}),
+    ("PATCH", "/api/tokens", {"GET", "HEAD", "POST", "DELETE"}),
+    ("POST", "/api/storage/akande/v1/logos/logo.svg", {"GET", "HEAD", "PUT", "DELETE"}),
+    ("DELETE", "/api/insights/summary", {"GET", "HEAD"}),
+])
+async def test_a_method_a_known_path_does_not_take_is_405_naming_the_methods_it_takes(
+        refusing: TestClient, method: str, path: str, allowed: set[str]) -> None:
+    # RFC 9110 15.5.6: the path exists, the method does not apply to it; Allow names the ones that do. Whatever the
+    # credential: the methods of a path are public (/api/openapi.json lists them).
+    for headers in ({}, ACCESS, ACCOUNT):
+        resp = await refusing.request(method, path, headers=headers)
+        body = await expect_error(resp, 405, "MethodNotAllowed")
+        assert method in body["Message"] and path in body["Message"]
+        assert {name.strip() for name in resp.headers["Allow"].split(",")} == allowed
 
 
 class TestSessionCookie:
