@@ -271,3 +271,17 @@ class TestOversizeFile:
         assert (body["HttpCode"], body["Files"]) == (201, ["clients/akande/v1/icons/f.txt"])
         got = await small_control.get("/api/storage/akande/v1/icons/f.txt", headers=ACCESS)
         assert (got.status, await got.read()) == (200, b"x" * SMALL_LIMIT)
+
+
+async def test_the_reference_states_the_file_count_the_route_enforces(control: TestClient, zone: str) -> None:
+    reference = await (await control.get("/api/openapi.json")).json()
+    files = reference["components"]["schemas"]["BatchRequest"]["properties"]["files"]
+    assert (files["minItems"], files["maxItems"]) == (1, 50)
+
+    def batch(count: int) -> dict[str, Any]:
+        return {"files": [{"path": f"{zone}/v1/logos/f{i}.txt", "content": "x", "encoding": "utf-8"}
+                          for i in range(count)]}
+
+    await expect_error(await control.post("/api/storage/batch", json=batch(51), headers=ACCESS), 400, "TooManyFiles")
+    resp = await control.post("/api/storage/batch", json=batch(50), headers=ACCESS)
+    assert resp.status == 201, await resp.text()

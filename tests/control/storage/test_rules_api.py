@@ -129,3 +129,17 @@ async def test_account_key_is_required(control: TestClient, headers: dict[str, s
     await expect_error(await control.get("/api/core/rules", headers=headers), 401, "Unauthorized")
     resp = await control.post("/api/core/rules", json={"File": "_headers", "Content": HEADERS}, headers=headers)
     await expect_error(resp, 401, "Unauthorized")
+
+
+async def test_the_reference_states_the_content_length_the_route_enforces(control: TestClient) -> None:
+    reference = await (await control.get("/api/openapi.json")).json()
+    body = reference["paths"]["/api/core/rules"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    longest = body["properties"]["Content"]["maxLength"]
+    assert longest == 100_000
+    comment = "# " + "x" * 1000 + "\n"
+    at_limit = comment * (longest // len(comment)) + "#" * (longest % len(comment))
+    assert len(at_limit) == longest
+    resp = await control.post("/api/core/rules", json={"File": "_headers", "Content": at_limit}, headers=ACCOUNT)
+    assert resp.status == 200, await resp.text()
+    await expect_error(await control.post("/api/core/rules", json={"File": "_headers", "Content": at_limit + "#"},
+                                          headers=ACCOUNT), 400, "ContentTooLong")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,15 @@ async def test_an_upload_racing_a_zone_delete_never_revives_the_zone(control: Te
     assert all(r.status in (201, 404) for r in results[1:])
     listed = await control.get("/api/core/zones", headers=ACCOUNT)
     assert zone not in [z["Name"] for z in await listed.json()]
+
+
+async def test_the_reference_states_the_zone_name_pattern_the_route_enforces(control: TestClient) -> None:
+    # A client made from /api/openapi.json can check a name before sending it: the pattern is the route's own.
+    reference = await (await control.get("/api/openapi.json")).json()
+    body = reference["paths"]["/api/core/zones"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    pattern = body["properties"]["Name"]["pattern"]
+    assert pattern == "^[a-z0-9-]{2,64}$"
+    for name, status in (("a" * 64, 201), ("a" * 65, 400), ("a", 400), ("Upper", 400), ("a_b", 400)):
+        assert (re.fullmatch(pattern.strip("^$"), name) is not None) == (status == 201)
+        resp = await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)
+        assert resp.status == status, (name, await resp.text())
