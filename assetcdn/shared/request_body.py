@@ -90,8 +90,10 @@ def size_text(size: int) -> str:
 
 
 def too_large(limit: int, size: int | None = None) -> ApiError:
-    shown = size_text(size) if size is not None else "The body"
-    return payload_too_large(f"Payload too large: {shown} exceeds the {size_text(limit)} limit.", limit)
+    shown, limit_shown = size_text(size) if size is not None else "The body", size_text(limit)
+    if shown == limit_shown:  # just over: "25.0 MB exceeds the 25.0 MB limit" says nothing; the bytes do
+        shown, limit_shown = f"{size} bytes", f"{limit} bytes"
+    return payload_too_large(f"Payload too large: {shown} exceeds the {limit_shown} limit.", limit)
 
 
 class BodyTimeout(TimeoutError):

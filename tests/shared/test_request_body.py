@@ -22,6 +22,7 @@ from assetcdn.shared.request_body import (
     batch_body_limit,
     body_chunks,
     route_body,
+    too_large,
 )
 
 LIMIT = 256 * 1024
@@ -100,3 +101,13 @@ def test_every_route_that_takes_a_body_has_its_limit_in_the_one_table() -> None:
     assert all(0 < body.limit <= batch_body_limit(UPLOAD) for body in limits.values())
 
 
+
+
+@pytest.mark.parametrize(("limit", "size", "expected"), [
+    (25 * 1024 * 1024, 25 * 1024 * 1024 + 1, "Payload too large: 26214401 bytes exceeds the 26214400 bytes limit."),
+    (25 * 1024 * 1024, 30 * 1024 * 1024, "Payload too large: 30.0 MB exceeds the 25.0 MB limit."),
+    (1000, 1001, "Payload too large: 1001 bytes exceeds the 1000 bytes limit."),
+])
+def test_a_size_just_over_the_limit_is_not_shown_as_the_limit_itself(limit: int, size: int, expected: str) -> None:
+    # A body a byte over 25 MB was "25.0 MB exceeds the 25.0 MB limit": both sides in bytes when MB rounds them alike.
+    assert too_large(limit, size).message == expected
