@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import jsonschema_rs
 import pytest
 from aiohttp.test_utils import TestClient
 
@@ -219,3 +220,20 @@ async def test_the_reference_states_the_zone_name_pattern_the_route_enforces(con
         assert (re.fullmatch(pattern.strip("^$"), name) is not None) == (status == 201)
         resp = await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)
         assert resp.status == status, (name, await resp.text())
+
+
+async def test_the_reference_names_every_field_of_a_zone_and_of_its_files(control: TestClient, zone: str) -> None:
+    """A client made from /api/openapi.json reads a zone's fields, and a detail's Files, from the document: each field
+    answered is one the Zone schema names as required (the detail's Formats and Files aside: the list has neither)."""
+    await put(control, "akande/v1/logos/logo.svg", b"<svg/>")
+    reference = await (await control.get("/api/openapi.json")).json()
+    schema = reference["components"]["schemas"]["Zone"]
+    validator = jsonschema_rs.Draft202012Validator({**schema, "components": reference["components"]},
+                                                   validate_formats=True)
+    (listed,) = await (await control.get("/api/core/zones", headers=ACCOUNT)).json()
+    detail = await (await control.get("/api/core/zones/akande", headers=ACCOUNT)).json()
+    assert [error.message for answer in (listed, detail) for error in validator.iter_errors(answer)] == []
+    assert set(listed) == set(schema["required"]) == ZONE_FIELDS
+    assert set(detail) == set(schema["properties"])
+    file_schema = schema["properties"]["Files"]["items"]
+    assert set(detail["Files"][0]) == set(file_schema["required"]) == set(file_schema["properties"])
