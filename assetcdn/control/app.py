@@ -29,6 +29,7 @@ from assetcdn.control.identity.auth import (
     Key,
     auth_middleware,
     credentials,
+    keyed_answers_unshared,
 )
 from assetcdn.control.identity.dashboard_config import DashboardConfig
 from assetcdn.control.identity.dashboard_origin import (
@@ -277,6 +278,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     install_envelopes(app)
     app.middlewares.append(dashboard_origin_middleware)  # /dashboard only on its own listener
     app.on_response_prepare.append(stored_bytes_inert)
+    app.on_response_prepare.append(keyed_answers_unshared)
     app.middlewares.append(body_deadline_middleware(settings))
     app[METRICS] = Metrics("control")
     app[METRICS_KEY] = secrets.metrics_key

@@ -107,6 +107,37 @@ async def test_successful_responses_carry_the_version_headers(control: TestClien
         uuid.UUID(resp.headers["X-Request-ID"])
 
 
+@pytest.mark.parametrize(("path", "headers"), [
+    ("/api/storage/akande/v1/", ACCESS), ("/api/assets/metadata?path=akande/v1/logos/logo.svg", ACCESS),
+    ("/api/core/zones", ACCOUNT), ("/api/core/zones/akande", ACCOUNT), ("/api/core/rules", ACCOUNT),
+    ("/api/core/statistics", ACCOUNT), ("/api/insights/summary", ACCESS), ("/api/core/audit-logs", ACCOUNT),
+    ("/api/tokens", ACCOUNT), ("/api/core/zones", {}),
+])
+async def test_answers_behind_a_key_are_never_kept_by_a_shared_cache(control: TestClient, zone: str, path: str,
+                                                                    headers: dict[str, str]) -> None:
+    # The keys travel in headers of their own (AccessKey, AccountKey), not Authorization, so RFC 9111 3.5 does not
+    # keep a shared cache (a proxy in front of the API) from storing these answers and giving them to anyone.
+    resp = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>", headers=ACCESS)
+    assert resp.status == 201
+    resp = await control.get(path, headers=headers)
+    assert resp.status == (200 if headers else 401), await resp.text()
+    assert resp.headers["Cache-Control"] == "no-store"
+
+
+async def test_a_stored_file_is_kept_by_its_readers_own_cache_only_and_revalidated(control: TestClient,
+                                                                                 zone: str) -> None:
+    resp = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>", headers=ACCESS)
+    assert resp.status == 201
+    for method in ("GET", "HEAD"):
+        read = await control.request(method, "/api/storage/akande/v1/logos/logo.svg", headers=ACCESS)
+        assert (read.status, read.headers["Cache-Control"]) == (200, "private, no-cache")
+        again = await control.request(method, "/api/storage/akande/v1/logos/logo.svg",
+                                      headers={**ACCESS, "If-None-Match": read.headers["ETag"]})
+        assert (again.status, again.headers["Cache-Control"]) == (304, "private, no-cache")
+    listed = await control.get("/api/assets", headers=ACCESS)  # the catalog says its own: a 30 s private copy
+    assert listed.headers["Cache-Control"] == "private, max-age=30"
+
+
 @IN_MODULE_LOOP
 @pytest.mark.parametrize(("method", "path"), [
     ("GET", "/api/nothing"), ("POST", "/api/nothing/here"), ("GET", "/api/"), ("GET", "/api/core/zones/akande/x"),

@@ -141,6 +141,15 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 
 
+async def keyed_answers_unshared(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer of a route that asks for a credential, its 401 too, says `Cache-Control: no-store` unless its
+    handler says otherwise: the keys travel in headers of their own (AccessKey, AccountKey, x-api-key), not
+    Authorization, so nothing else keeps a shared cache in front of the API (RFC 9111 3.5) from storing them and
+    giving them to anyone. A dictionary look-up per answer of control."""
+    if "Cache-Control" not in response.headers and request.match_info.route in request.app[ROUTE_ACCESS]:
+        response.headers["Cache-Control"] = "no-store"
+
+
 @web.middleware
 async def auth_middleware(request: web.Request,
                           handler: Handler) -> web.StreamResponse:

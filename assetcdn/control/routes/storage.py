@@ -270,7 +270,9 @@ async def _file_response(request: web.Request, with_body: bool) -> web.StreamRes
     if found is None:
         raise not_found(f"File '{path.client_path}' does not exist.", target="path", code="FileNotFound")
     entry = request.app[MANIFEST].entries.get(path.cdn_path)
-    headers = {"Content-Type": entry.content_type if entry else content_type_of(path.repo_path)}
+    # Its reader's own cache may keep it and ask again with the ETag (a 304); a shared cache never (behind a key).
+    headers = {"Content-Type": entry.content_type if entry else content_type_of(path.repo_path),
+               "Cache-Control": "private, no-cache"}
     if entry:
         headers["ETag"] = etag = f'"{entry.sha256}"'
         headers["Checksum"] = entry.sha256.upper()
@@ -279,7 +281,7 @@ async def _file_response(request: web.Request, with_body: bool) -> web.StreamRes
         if if_match is not None and not if_match_holds(if_match, etag):
             raise _precondition_failed("If-Match")
         if if_none_match is not None and etag_matches(if_none_match, etag):
-            return web.Response(status=304, headers={"ETag": etag})
+            return web.Response(status=304, headers={"ETag": etag, "Cache-Control": headers["Cache-Control"]})
     if not with_body:
         headers["Content-Length"] = str(found)
         return web.Response(status=200, headers=headers)
