@@ -109,3 +109,16 @@ async def test_core_answers_name_every_field_they_carry(control: TestClient) -> 
         all_required(reference, schema, body)
     listed = {"$ref": "#/components/schemas/Domain"}
     all_required(reference, listed, domains["Domains"][0])
+
+
+async def test_the_audit_log_answer_names_every_field_it_carries(control: TestClient, zone: str) -> None:
+    reference = await (await control.get("/api/openapi.json")).json()
+    logged = await answer(control, "GET", "/api/core/audit-logs?action=zone", 200, headers=ACCOUNT)
+    assert logged["Entries"], logged  # the zone's creation
+    schema = documented_schema(reference, "/api/core/audit-logs", "get", 200)
+    holds(reference, schema, logged)
+    all_required(reference, schema, logged)
+    fields = schema["properties"]
+    all_required(reference, fields["Period"], logged["Period"])
+    for entry in logged["Entries"]:
+        all_required(reference, fields["Entries"]["items"], entry)
