@@ -122,3 +122,15 @@ async def test_the_audit_log_answer_names_every_field_it_carries(control: TestCl
     all_required(reference, fields["Period"], logged["Period"])
     for entry in logged["Entries"]:
         all_required(reference, fields["Entries"]["items"], entry)
+
+
+async def test_the_error_envelope_names_every_field_it_carries(control: TestClient, zone: str) -> None:
+    reference = await (await control.get("/api/openapi.json")).json()
+    envelope = {"$ref": "#/components/schemas/StandardError"}
+    missing = await answer(control, "GET", f"/api/storage/{zone}/v1/logos/none.svg", 404, headers=ACCESS)
+    refused = await answer(control, "POST", "/api/core/zones", 400, json={"Name": "A"}, headers=ACCOUNT)
+    for body in (missing, refused):
+        holds(reference, envelope, body)
+        all_required(reference, envelope, body)
+        all_required(reference, reference["components"]["schemas"]["StandardError"]["properties"]["error"],
+                      body["error"])
