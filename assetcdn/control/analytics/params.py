@@ -1,4 +1,4 @@
-"""Query parameters of the statistics, insights and analytics endpoints.
+"""Query parameters of the statistics, insights and analytics endpoints, and the asset list's paging.
 
 The API reference clamps rather than refuses, and so do we: a value out of range is
 brought into range, and a value that is not a number (``days=abc``) falls back to the default, so
@@ -50,4 +50,10 @@ def parse_days(value: object, *, default: int = DAYS_DEFAULT, maximum: int = DAY
 
 def parse_limit(value: object, *, default: int = LIMIT_DEFAULT, maximum: int = LIMIT_MAXIMUM) -> int:
     """``limit`` clamped to 1..maximum; missing or not a number -> default."""
+    return _clamp(value, default, maximum)
+
+
+def parse_count(value: object, *, default: int, maximum: int) -> int:
+    """Any other count or page number of a query (the asset list's ``page`` and ``per_page``), read alike: clamped
+    to 1..maximum; missing or not a number -> default."""
     return _clamp(value, default, maximum)

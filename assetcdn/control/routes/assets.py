@@ -9,6 +9,7 @@ from urllib.parse import quote
 import orjson
 from aiohttp import web
 
+from assetcdn.control.analytics.params import parse_count
 from assetcdn.control.app_keys import public_url
 from assetcdn.control.storage.service import MANIFEST
 from assetcdn.shared.errors import bad_request, not_found
@@ -25,14 +26,6 @@ SORT_KEYS = {  # each value ends in the path: one per file (ManifestStore.ordere
 CHUNK = 64
 
 
-def _int(value: str | None, default: int, lo: int, hi: int) -> int:
-    # The API reference clamps paging values instead of refusing them.
-    try:
-        return min(max(int(value), lo), hi) if value not in (None, "") else default
-    except ValueError:
-        return default
-
-
 def _asset_json(entry: ManifestEntry) -> dict[str, object]:
     return {"name": entry.name, "path": entry.path, "project": entry.zone, "category": entry.category,
             "format": entry.format, "size": entry.size}
@@ -44,8 +37,9 @@ async def list_assets(request: web.Request) -> web.StreamResponse:
                                     (q.get("format") or "").lower() or None, q.get("q") or None)
     sort = q.get("sort", "name") if q.get("sort") in SORT_KEYS else "name"
     descending = q.get("order", "asc").lower() == "desc"
-    page = _int(q.get("page"), 1, 1, 10**9)
-    per_page = _int(q.get("per_page"), 50, 1, 200)
+    # The API reference clamps paging values instead of refusing them, and reads them as parseInt does.
+    page = parse_count(q.get("page"), default=1, maximum=10**9)
+    per_page = parse_count(q.get("per_page"), default=50, maximum=200)
     needle = text.lower() if text else None
     manifest = request.app[MANIFEST]
     # One project's: its own files (the manifest's index), sorted; the whole catalog's: in the order the manifest

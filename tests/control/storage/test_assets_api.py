@@ -185,6 +185,9 @@ async def test_pages_partition_the_listing(catalog: TestClient) -> None:
 @pytest.mark.parametrize(("per_page", "page", "expected"), [
     ("500", "1", (1, 200)), ("200", "1", (1, 200)), ("0", "0", (1, 1)), ("-4", "-2", (1, 1)),
     ("many", "first", (1, 50)), ("", "", (1, 50)),
+    # Read as the statistics' and insights' days and limit are (and as the API reference's parseInt): the leading
+    # whole number counts, so a serializer's "3.0" or "3.5" asks for 3 and not for the default.
+    ("3.0", "2.0", (2, 3)), ("3.5", "2.9", (2, 3)), ("3 ", " 2", (2, 3)), ("3items", "2nd", (2, 3)),
 ])
 async def test_paging_values_are_clamped_not_refused(catalog: TestClient, per_page: str, page: str,
                                                      expected: tuple[int, int]) -> None:
