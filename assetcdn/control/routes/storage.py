@@ -19,7 +19,7 @@ from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.request_body import read_body, read_json, size_text
 from assetcdn.control.storage.edge_config_store import EdgeConfigStore
 from assetcdn.control.storage.git_store import GitStore, NothingToCommit
-from assetcdn.control.storage.service import EDGE_CONFIG, GIT, MANIFEST
+from assetcdn.control.storage.service import EDGE_CONFIG, GIT, MANIFEST, ZONES
 from assetcdn.shared.conditionals import etag_matches, if_match_holds, joined_field
 from assetcdn.shared.errors import (
     ApiError,
@@ -217,12 +217,24 @@ def _newest_below(request: web.Request, dir_path: str) -> dict[str, str]:
     return request.app[MANIFEST].newest_below(cdn_path_of(f"{dir_path}/").rstrip("/"))
 
 
+async def _scaffold_dates(request: web.Request, dir_path: str, names: list[str]) -> dict[str, str]:
+    """{directory `names` of `dir_path`: when its zone was made}, for directories that hold no file, only the
+    scaffold the zone's creation committed: the zones of `clients/`, or the directories inside one zone."""
+    zones = request.app[ZONES]
+    if dir_path == CLIENT_ROOT:
+        return {name: meta.created_at for name, meta in (await zones.all()).items()}
+    parts = dir_path.split("/")
+    meta = await zones.get(parts[1]) if len(parts) > 1 and parts[0] == CLIENT_ROOT else None
+    return dict.fromkeys(names, meta.created_at) if meta else {}
+
+
 def _entry_json(request: web.Request, dir_path: str, name: str, is_dir: bool, size: int,
-                newest: dict[str, str]) -> dict[str, Any]:
+                newest: dict[str, str], scaffolded: dict[str, str]) -> dict[str, Any]:
     repo_path = f"{dir_path}/{name}" if dir_path else name
     entry = request.app[MANIFEST].entries.get(cdn_path_of(repo_path))
-    # A directory's: its newest file's (a directory holding none, only its scaffold: the listing's time).
-    modified = entry.modified if entry else newest.get(name) if is_dir else None
+    # A directory's: its newest file's; one holding none, only its scaffold, its zone's creation (else the listing's
+    # time: a directory git keeps holds a file).
+    modified = entry.modified if entry else (newest.get(name) or scaffolded.get(name)) if is_dir else None
     changed = as_iso_utc(modified) if modified else utc_now_iso()
     return {
         "Guid": str(uuid.uuid5(GUID_NAMESPACE, repo_path)),
@@ -253,7 +265,9 @@ async def _list_directory(request: web.Request, raw: str) -> web.Response:
     if children is None:
         raise not_found(f"Directory '{raw or '/'}' does not exist.", target="path", code="DirectoryNotFound")
     newest = _newest_below(request, dir_path) if any(is_dir for _name, is_dir, _oid, _size in children) else {}
-    entries = [_entry_json(request, dir_path, name, is_dir, size, newest)
+    bare = [name for name, is_dir, _oid, _size in children if is_dir and name not in newest]
+    scaffolded = await _scaffold_dates(request, dir_path, bare) if bare else {}
+    entries = [_entry_json(request, dir_path, name, is_dir, size, newest, scaffolded)
                for name, is_dir, _oid, size in children if name != SCAFFOLD_FILE]
     return json_response(entries)
 

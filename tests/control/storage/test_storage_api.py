@@ -313,6 +313,23 @@ class TestRead:
         parse_time(entry["LastChanged"])
         parse_time(entry["DateCreated"])
 
+    async def test_a_directory_holding_no_file_is_dated_by_its_zone_not_by_the_listing(self, control: TestClient,
+                                                                                      zone: str) -> None:
+        """A zone's empty category directories (their scaffold only) were dated by the moment of each listing, so
+        their LastChanged and even their DateCreated moved on every request; they date from the zone's creation."""
+        await upload(control, LOGO_PATH, LOGO)
+        created = (await (await control.get("/api/core/zones/akande", headers=ACCOUNT)).json())["DateCreated"]
+        listed = {e["ObjectName"]: e for e in await (await control.get("/api/storage/akande/v1/", headers=ACCESS)).json()}
+        for name in ("banners", "github", "icons", "titles"):
+            assert (listed[name]["LastChanged"], listed[name]["DateCreated"]) == (created, created), name
+        await control.delete(f"/api/storage/{LOGO_PATH}", headers=ACCESS)
+        await control.post("/api/core/zones", json={"Name": "empty"}, headers=ACCOUNT)
+        empty_created = (await (await control.get("/api/core/zones/empty", headers=ACCOUNT)).json())["DateCreated"]
+        roots = {e["ObjectName"]: e for e in await (await control.get("/api/storage/", headers=ACCESS)).json()}
+        assert roots["empty"]["LastChanged"] == roots["empty"]["DateCreated"] == empty_created
+        again = {e["ObjectName"]: e for e in await (await control.get("/api/storage/akande/v1/", headers=ACCESS)).json()}
+        assert again["logos"]["LastChanged"] == created  # its only file deleted: its scaffold's date again
+
     async def test_directories_are_listed_with_zero_length_and_no_checksum(self, control: TestClient,
                                                                          zone: str) -> None:
         await upload(control, LOGO_PATH, LOGO)
