@@ -18,6 +18,7 @@ from assetcdn.edge.app import CLUSTER_ROUTES, PUBLIC_ROUTES, EdgeIdentity
 from assetcdn.edge.proxy import forward_to_control
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.config import load_settings
+from assetcdn.shared.middleware import no_such_method
 from assetcdn.shared.openapi import document
 from tests.support.control import SECRETS
 from tests.support.openapi import METHODS, documented
@@ -35,15 +36,15 @@ def template(path: str) -> str:
 
 def routed() -> dict[tuple[str, str], Access | None]:
     """(method, path template) -> what the route accepts (None: public), for every public route of either
-    process; the edge's forwarder (any other /api path goes to control) and the internal cluster protocol
-    are no operations of their own."""
+    process; the edge's forwarder (any other /api path goes to control), its 405s for the other methods of its
+    own /api paths and the internal cluster protocol are no operations of their own."""
     found: dict[tuple[str, str], Access | None] = {}
     for route in CONTROL_ROUTES:
         if not route.path.startswith(PREFIX + "/"):
             for method in with_head(route.method):
                 found.setdefault((method, template(route.path)), route.access)
     for edge_route in PUBLIC_ROUTES:
-        if edge_route.handler is not forward_to_control:
+        if edge_route.handler not in (forward_to_control, no_such_method):
             # A route for any method (a pull zone's paths) is one operation per method OpenAPI can name.
             methods = [m for m in METHODS if m not in ("get", "head")] if edge_route.method == "*" else \
                 with_head(edge_route.method)

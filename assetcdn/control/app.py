@@ -88,7 +88,7 @@ from assetcdn.shared.metrics import (
     metrics_handler,
     metrics_middleware,
 )
-from assetcdn.shared.middleware import install_envelopes
+from assetcdn.shared.middleware import install_envelopes, no_such_method
 from assetcdn.shared.openapi import api_docs, openapi_document
 from assetcdn.shared.request_body import body_deadline_middleware
 from assetcdn.shared.secrets import Secrets
@@ -231,20 +231,6 @@ def session_scopes(routes: tuple[Route, ...]) -> frozenset[str]:
     return frozenset(a.scope for a in scoped if a.scope and all(o.session for o in scoped if o.scope == a.scope))
 
 
-async def _not_found(request: web.Request) -> web.StreamResponse:
-    """No route takes this method on this path: 405 with Allow when another method's route has the path (RFC 9110
-    15.5.6; aiohttp would say so itself, but this catch-all matches any method first), else 404. Only such requests
-    look."""
-    catch_all = request.match_info.route.resource
-    allowed: set[str] = set()
-    for resource in request.app.router.resources():
-        if resource is not catch_all:
-            allowed |= (await resource.resolve(request))[1]
-    if allowed:
-        raise web.HTTPMethodNotAllowed(request.method, allowed)
-    raise web.HTTPNotFound()
-
-
 # Each package's context, in the order they open (each needs what those before it opened); they close
 # in reverse, and a failing start or close still closes the rest: an aiosqlite connection left open keeps
 # a non-daemon thread that would hold the process alive after it was told to stop.
@@ -307,8 +293,9 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
             route_audit[registered] = route.audit
     app[ROUTE_ACCESS], app[ROUTE_AUDIT] = route_access, route_audit
     app[SESSION_SCOPES] = session_scopes(ROUTES)
-    # Unknown /api/... paths: 404 in the standard envelope (the envelope middleware renders it).
-    app.router.add_route("*", "/api/{tail:.*}", _not_found)
+    # Unknown /api/... paths: 404 in the standard envelope (the envelope middleware renders it); a method the path's
+    # routes do not take: 405 with Allow.
+    app.router.add_route("*", "/api/{tail:.*}", no_such_method)
     app.cleanup_ctx.append(_resources)
     app.on_shutdown.append(_end_log_streams)
     return app

@@ -57,7 +57,7 @@ from assetcdn.shared.metrics import (
     metrics_handler,
     metrics_middleware,
 )
-from assetcdn.shared.middleware import install_envelopes
+from assetcdn.shared.middleware import install_envelopes, no_such_method
 from assetcdn.shared.openapi import api_docs, openapi_document
 from assetcdn.shared.request_body import body_deadline_middleware
 from assetcdn.shared.secrets import Secrets
@@ -73,12 +73,9 @@ CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 # `/` too: a pull zone's own host serves its origin's, and a `_redirects` rule may name it (else the delivery route
 # answers 404 for it, as for a path no route takes).
 CDN_PATH = r"/{path:(?!" + EDGE_PATHS + r")[\s\S]*}"
-PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
-    web.route("GET", CDN_PATH, delivery.serve_asset),
-    # A pull zone's other methods go to its origin; a body over the limit is refused before any 100 Continue.
-    web.route("*", CDN_PATH, delivery.serve_asset, expect_handler=delivery.expect_body),
+# The /api routes the edge answers itself.
+EDGE_API_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", "/api/health", health.health),
-    web.route("GET", "/metrics", metrics_handler),
     web.route("GET", "/api/transform", transform.transform_image),
     web.route("GET", "/api/auto", auto.auto_query),
     web.route("GET", "/api/auto/{path:.+}", auto.auto_path),
@@ -87,9 +84,18 @@ PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", "/api/signed", signed.signed_asset),
     web.route("GET", "/api/stream", stream.stream),
     web.route("OPTIONS", "/api/stream", stream.preflight),
-    web.route("GET", policy.CHALLENGE_ROUTE, policy.acme_challenge),  # ACME HTTP-01 (assetcdn/edge/tls/policy.py)
     web.route("GET", "/api/openapi.json", openapi_document),  # served here too: available while control is down
     web.route("GET", "/api/docs", api_docs),
+)
+PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
+    web.route("GET", CDN_PATH, delivery.serve_asset),
+    # A pull zone's other methods go to its origin; a body over the limit is refused before any 100 Continue.
+    web.route("*", CDN_PATH, delivery.serve_asset, expect_handler=delivery.expect_body),
+    web.route("GET", "/metrics", metrics_handler),
+    web.route("GET", policy.CHALLENGE_ROUTE, policy.acme_challenge),  # ACME HTTP-01 (assetcdn/edge/tls/policy.py)
+    *EDGE_API_ROUTES,
+    # Another method on those paths is 405 naming theirs (control, which has no such path, would answer 404).
+    *(web.route("*", path, no_such_method) for path in dict.fromkeys(route.path for route in EDGE_API_ROUTES)),
     web.route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
     web.route("*", "/dashboard", forward_to_control),
     web.route("*", r"/dashboard/{tail:[\s\S]*}", forward_to_control),

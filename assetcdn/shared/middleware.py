@@ -239,6 +239,21 @@ def close_after_unframed_body(request: web.BaseRequest, response: web.StreamResp
         response.force_close()
 
 
+async def no_such_method(request: web.Request) -> web.StreamResponse:
+    """The handler of a catch-all route: 405 naming the methods the other routes take `request`'s path with (RFC 9110
+    15.5.6), or 404 when none takes it. Without it the catch-all would answer 404 for a path that exists, as aiohttp's
+    router cannot say 405 once a route matched. Only a request no other route took pays for the look."""
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        if resource is not request.match_info.route.resource:
+            match, methods = await resource.resolve(request)
+            if match is None:
+                allowed |= methods
+    if allowed:
+        raise web.HTTPMethodNotAllowed(request.method, sorted(allowed))
+    raise web.HTTPNotFound()
+
+
 def install_envelopes(app: web.Application) -> None:
     app[REQUEST_IDS] = RequestIds()
     app.middlewares.append(envelope_middleware)

@@ -159,6 +159,8 @@ async def test_unknown_api_paths_are_404_in_the_standard_envelope(refusing: Test
     ("PATCH", "/api/tokens", {"GET", "HEAD", "POST", "DELETE"}),
     ("POST", "/api/storage/akande/v1/logos/logo.svg", {"GET", "HEAD", "PUT", "DELETE"}),
     ("DELETE", "/api/insights/summary", {"GET", "HEAD"}),
+    ("PUT", "/api/webhooks", {"GET", "HEAD", "POST", "DELETE"}),
+    ("GET", "/api/pipeline", {"POST"}),
 ])
 async def test_a_method_a_known_path_does_not_take_is_405_naming_the_methods_it_takes(
         refusing: TestClient, method: str, path: str, allowed: set[str]) -> None:
@@ -169,6 +171,19 @@ async def test_a_method_a_known_path_does_not_take_is_405_naming_the_methods_it_
         body = await expect_error(resp, 405, "MethodNotAllowed")
         assert method in body["Message"] and path in body["Message"]
         assert {name.strip() for name in resp.headers["Allow"].split(",")} == allowed
+
+
+@IN_MODULE_LOOP
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("GET", "/api/purge", {"POST"}), ("DELETE", "/api/search", {"GET", "HEAD"}), ("PUT", "/api/chat", {"POST"}),
+])
+async def test_a_legacy_endpoint_answers_405_in_its_own_envelope(refusing: TestClient, method: str, path: str,
+                                                                 allowed: set[str]) -> None:
+    resp = await refusing.request(method, path)
+    body = await resp.json()
+    assert resp.status == 405 and body["HttpCode"] == 405, body
+    assert isinstance(body["error"], str) and body["Message"] == body["error"]
+    assert {m.strip() for m in resp.headers["Allow"].split(",")} == allowed
 
 
 class TestSessionCookie:
