@@ -19,9 +19,9 @@ async def take_client_misses(request: web.Request, limits: tuple[Limit, ...], wh
         if not decision.allowed:
             for earlier in taken:
                 await counters.refund(earlier)
-            window = "day (UTC)" if limit.period == "day" else f"{limit.window_s:g} s"
+            window = "a day (UTC)" if limit.period == "day" else f"{limit.window_s:g} s"
             raise LegacyError(429, "rate_limit_exceeded",
-                              f"At most {limit.limit:,} new {what} per client in a {window}; cached ones are still "
+                              f"At most {limit.limit:,} new {what} per client in {window}; cached ones are still "
                               f"served. Retry in {decision.retry_after_s()} s.", headers=decision.refusal_headers())
         taken.append(decision)
     return taken

@@ -246,6 +246,16 @@ async def test_one_client_makes_at_most_its_day_of_variants_and_a_failure_keeps_
     assert (await cdn.edge.get(transform_url(PHOTO, w=10))).headers["X-RateLimit-Remaining"] == "8"
 
 
+async def test_a_client_past_its_minute_of_variants_is_told_the_window_in_plain_words(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_CLIENT_MISSES_PER_MINUTE="1")
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    assert (await cdn.edge.get(transform_url(PHOTO, w=10))).status == 200
+    resp = await cdn.edge.get(transform_url(PHOTO, w=20))
+    body = await resp.json()
+    assert resp.status == 429 and body["error"] == "rate_limit_exceeded"
+    assert body["Message"].startswith("At most 1 new variants per client in 60 s; cached ones are still served."), body
+
+
 async def test_every_transform_response_reports_the_monthly_quota(make_cdn: CdnFactory) -> None:
     cdn = await make_cdn(ASSETCDN_TRANSFORM_MONTHLY_LIMIT="2")
     await cdn.upload(PHOTO, photo_jpeg(64, 40))
