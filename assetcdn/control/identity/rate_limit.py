@@ -8,6 +8,7 @@ control and edge process on the machine (embedded store) or in the install (Redi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 from assetcdn.shared.counter_store import Counters, Decision, Limit, client_key
@@ -25,6 +26,10 @@ class RateLimiter(Protocol):
         """Count one request under ``key`` if the window has room; a refused request is not counted."""
         ...
 
+    async def give_back(self, taken: Decision) -> Decision:
+        """Uncount the request ``taken`` counted (the service did not answer it); the decision as it now stands."""
+        ...
+
 
 class SharedRateLimiter:
     """``limit.limit`` requests per ``limit.window_s`` under each key, in the shared counter store."""
@@ -35,3 +40,9 @@ class SharedRateLimiter:
 
     async def take(self, key: str) -> Decision:
         return await self.counters.hit(self.limit, key)
+
+    async def give_back(self, taken: Decision) -> Decision:
+        if not taken.allowed or not taken.limit:
+            return taken
+        await self.counters.refund(taken)
+        return replace(taken, remaining=min(taken.remaining + 1, taken.limit))

@@ -3,7 +3,8 @@
 Errors use the legacy envelope (``{"error": "<text>", ...}``), as the API reference's search does;
 100 valid requests a minute per client IP by default (``[search] rate_limit_per_minute``). A query is
 at most 200 characters and 24 words (400 past them); when the search threads are busy and a few
-queries already wait, 503 with Retry-After at once (assetcdn/control/search/engine.py).
+queries already wait, 503 with Retry-After at once (assetcdn/control/search/engine.py). Neither a 400
+nor a query left unanswered (503, 500) takes a slot of the client's minute.
 """
 
 from __future__ import annotations
@@ -47,10 +48,13 @@ async def search(request: web.Request) -> web.Response:
     try:
         answer = await request.app[SEARCH].search(query, parse_limit(request.query.get("limit")))
     except SearchBusy:
+        # Refused for the service's own load: no slot of the client's minute, which retrying as told would spend.
+        decision = await request.app[SEARCH_LIMITER].give_back(decision)
         raise LegacyError(503, "Search is busy; retry in a second.",
                           headers={"Retry-After": str(BUSY_RETRY_S), **rate_headers(decision)}) from None
     except Exception:
         log.exception("search failed")
+        await request.app[SEARCH_LIMITER].give_back(decision)
         raise LegacyError(500, "Search failed. Please try again.") from None
     results = [hit.to_json() for hit in answer.hits]
     max_age = int(request.app[SETTINGS].get("search", "cache_ttl_s"))
