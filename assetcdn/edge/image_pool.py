@@ -79,6 +79,10 @@ class JobFailed(LegacyError):
     """A job's own failure: its input fails the same way next time (negative-cacheable)."""
 
 
+class PoolBusy(LegacyError):
+    """A job the pool refused before running it (its queue full, or the pool closing): nothing was done."""
+
+
 @dataclass(eq=False)
 class _Worker:
     process: BaseProcess
@@ -173,14 +177,14 @@ class ImagePool:
         return worker
 
     async def run(self, work: Callable[..., T], *args: Any, affinity: str | None = None) -> T:
-        """`work(*args)` in a worker process; JobFailed for its failure, LegacyError(503) when refused.
+        """`work(*args)` in a worker process; JobFailed for its failure, PoolBusy (503) when refused.
 
         `affinity` names the source the job decodes: jobs naming the same one go to the same worker."""
         if self._closed:
             raise self._closing()
         if self._queued >= self.max_queued:
-            raise LegacyError(503, f"This edge is busy with {self._queued} image jobs; retry shortly.",
-                              headers={"Retry-After": "1"})
+            raise PoolBusy(503, f"This edge is busy with {self._queued} image jobs; retry shortly.",
+                           headers={"Retry-After": "1"})
         self.start()
         self._queued += 1
         try:
@@ -203,8 +207,8 @@ class ImagePool:
         return outcome.result  # type: ignore[no-any-return]
 
     @staticmethod
-    def _closing() -> LegacyError:
-        return LegacyError(503, "This edge is shutting down; retry shortly.", headers={"Retry-After": "1"})
+    def _closing() -> PoolBusy:
+        return PoolBusy(503, "This edge is shutting down; retry shortly.", headers={"Retry-After": "1"})
 
     def _home_of(self, affinity: str | None) -> _Worker | None:
         home = self._homes.get(affinity) if affinity is not None else None

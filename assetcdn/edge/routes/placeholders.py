@@ -23,7 +23,7 @@ from aiohttp import web
 
 from assetcdn.edge.app_keys import IMAGE_POOL, NODE
 from assetcdn.edge.cache.entry import CachedObject
-from assetcdn.edge.client_limits import take_client_misses
+from assetcdn.edge.client_limits import refund_client_misses, take_client_misses
 from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.keys import placeholder_key
 from assetcdn.edge.states.pull_source import pull_source_path, variant_cache_control
@@ -83,7 +83,8 @@ async def _placeholder(request: web.Request, kind: str, params: PlaceholderParam
         make: Make = partial(job, source_format, *job_args, pool.limits.max_pixels,
                              max_svg_filter_pixels=pool.limits.max_svg_filter_pixels)
         return Made(pool, placeholder_key(kind, source_id, params.size, params.blur), make, metric_format=kind,
-                    max_age_s=MAX_AGE_S, before_make=lambda: _take_placeholder(request, limit))
+                    max_age_s=MAX_AGE_S, before_make=lambda: _take_placeholder(request, limit),
+                    refund=lambda refused: _refund_placeholder(request, refused))
 
     try:
         pulled = pull_source_path(node.config, host_zone, params.url)
@@ -103,6 +104,12 @@ async def _placeholder(request: web.Request, kind: str, params: PlaceholderParam
 
 async def _take_placeholder(request: web.Request, limit: Limit) -> None:
     await take_client_misses(request, (limit,), "placeholders")
+
+
+async def _refund_placeholder(request: web.Request, refused: bool) -> None:
+    # A placeholder that failed keeps its slot (the pool worked); one the pool refused before running it does not.
+    if refused:
+        await refund_client_misses(request)
 
 
 def _body(obj: CachedObject) -> bytes:

@@ -16,7 +16,7 @@ from functools import partial
 from aiohttp import web
 
 from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL, NODE
-from assetcdn.edge.client_limits import take_client_misses
+from assetcdn.edge.client_limits import refund_client_misses, take_client_misses
 from assetcdn.edge.negotiate import (
     NETWORK_AWARE_HEADER,
     NETWORK_AWARE_SLOW,
@@ -66,8 +66,11 @@ async def take_transform_quota(request: web.Request) -> None:
     raise LegacyError(429, "limit_reached", message, extra={"message": message}, headers=decision.refusal_headers())
 
 
-async def refund_transform_quota(request: web.Request) -> None:
-    """A failed transform does not count against the month (the client's misses keep it: the pool worked)."""
+async def refund_transform_quota(request: web.Request, refused: bool) -> None:
+    """A failed transform does not count against the month (the client's misses keep it: the pool worked), nor one
+    the pool refused before running it against the client's misses either."""
+    if refused:
+        await refund_client_misses(request)
     if QUOTA in request:
         taken = request[QUOTA]
         await request.app[COUNTERS].refund(taken)
@@ -112,7 +115,7 @@ async def _transform(request: web.Request) -> web.StreamResponse:
                     partial(transform_variant, source_format, opts, output_format, pool.limits,
                             source_sha256=source_sha256),
                     metric_format=output_format, before_make=lambda: take_transform_quota(request),
-                    refund=lambda: refund_transform_quota(request))
+                    refund=lambda refused: refund_transform_quota(request, refused))
 
     def policy(cache_control: str) -> ServePolicy:
         return ServePolicy(cache_control, LEGACY_REFUSALS, headers=headers,

@@ -21,7 +21,7 @@ from typing import ClassVar
 
 from assetcdn.edge.cache.entry import CachedObject, strong_etag
 from assetcdn.edge.cache.store import PurgedMeanwhile
-from assetcdn.edge.image_pool import ImagePool, JobFailed
+from assetcdn.edge.image_pool import ImagePool, JobFailed, PoolBusy
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.fetch import OriginUnavailable, fetch_asset, source_bytes
 from assetcdn.edge.states.keys import variant_key
@@ -36,8 +36,8 @@ class Made:
     a placeholder (a representation, assetcdn/edge/states/serve.py).
 
     `before_make` runs once per miss that is really made (never on a hit, never per waiter of a
-    coalesced miss): the transform quota. It raises to refuse; `refund` undoes it when the variant
-    could not be made. `job(source)` runs in a pool worker: a module-level function
+    coalesced miss): the transform quota. It raises to refuse; `refund(refused)` undoes it when the variant
+    could not be made, `refused` when the pool refused the job before running it (PoolBusy). `job(source)` runs in a pool worker: a module-level function
     (assetcdn/edge/transform/jobs.py). OriginUnavailable (source bytes unreachable) and the pipeline's
     LegacyErrors propagate; errors carry X-Cache MISS, or HIT when remembered from a failure.
     """
@@ -47,7 +47,7 @@ class Made:
     job: Callable[[bytes], Variant]
     metric_format: str
     before_make: Callable[[], Awaitable[None]] | None = None
-    refund: Callable[[], Awaitable[None]] | None = None
+    refund: Callable[[bool], Awaitable[None]] | None = None
     max_age_s: float | None = None      # the edge cache has no TTL of its own: placeholders keep 24 h
     own_file: ClassVar[bool] = False
 
@@ -82,7 +82,7 @@ class Made:
             variant = await self.pool.run(self.job, source, affinity=source_id)
         except Exception as exc:
             if self.refund is not None:
-                await self.refund()
+                await self.refund(isinstance(exc, PoolBusy))
             if isinstance(exc, JobFailed):
                 self.pool.failed.remember(key if failure_key is None else failure_key, exc)
             if isinstance(exc, LegacyError):

@@ -417,6 +417,22 @@ async def test_a_cached_transform_does_not_touch_the_pool(make_cdn: CdnFactory) 
     assert (await cdn.edge.get(transform_url(PHOTO, w=11))).status == 503    # a miss needs the pool
 
 
+async def test_a_variant_the_busy_pool_refused_takes_no_slot_of_the_clients_minute(make_cdn: CdnFactory) -> None:
+    # The 503 says "retry shortly": a client doing so must not spend its minute of new variants on refusals.
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_CLIENT_MISSES_PER_MINUTE="1",
+                         ASSETCDN_TRANSFORM_CLIENT_PLACEHOLDERS_PER_MINUTE="1")
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    pool = cdn.edge.app[IMAGE_POOL]
+    queued, pool.max_queued = pool.max_queued, 0  # every job is refused as if the queue were full
+    for target in (transform_url(PHOTO, w=10), f"/api/lqip?url=/{PHOTO}", f"/api/blurhash?url=/{PHOTO}"):
+        for _ in range(2):
+            refused = await cdn.edge.get(target)
+            assert refused.status == 503 and refused.headers["Retry-After"] == "1", await refused.text()
+    pool.max_queued = queued
+    for target in (transform_url(PHOTO, w=10), f"/api/lqip?url=/{PHOTO}"):
+        assert (await cdn.edge.get(target)).status == 200, target
+
+
 def _origin_fetches(metrics: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                if line.startswith("assetcdn_origin_fetch_seconds_count{") and 'kind="asset"' in line)
