@@ -78,7 +78,7 @@ EDGE_API_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", "/api/health", health.health),
     web.route("GET", "/api/transform", transform.transform_image),
     web.route("GET", "/api/auto", auto.auto_query),
-    web.route("GET", "/api/auto/{path:.+}", auto.auto_path),
+    web.route("GET", "/api/auto/{path:.*}", auto.auto_path),  # no segments: 400, as a missing path query
     web.route("GET", "/api/lqip", placeholders.lqip),
     web.route("GET", "/api/blurhash", placeholders.blurhash),
     web.route("GET", "/api/signed", signed.signed_asset),

@@ -154,6 +154,7 @@ async def test_auto_errors(cdn: Cdn) -> None:
     for url, status, message in [
         ("/api/auto", 400, "Missing required parameter: path"),
         ("/api/auto?path=", 400, "Missing required parameter: path"),
+        ("/api/auto/", 400, "Missing required parameter: path"),  # no segments to stand for the path
         ("/api/auto?path=/pics/v1/../secret", 400, "Invalid path: contains disallowed sequences."),
         ("/api/auto?path=/pics//v1/x", 400, "Invalid path: contains disallowed sequences."),
         (f"/api/auto?path=/{ZONE}/v1/banners/nothing", 404, "No suitable format found for the given path"),
