@@ -22,7 +22,7 @@ from assetcdn.shared.timestamps import utc_now_iso
 
 # assets: the git repository and its manifest; kv: SQLite (control) and the edge cache; rateLimiter:
 # every limit, counted in the shared counter store (assetcdn/shared/counter_store.py); metrics: Prometheus and the analytics store; auditLogKv: the audit
-# log. There is no AI, vector index or webhook queue.
+# log. An edge has no AI, vector index or webhook queue; control adds its own (CONTROL_BINDINGS).
 SERVICE_BINDINGS: dict[str, bool] = {
     "assets": True, "kv": True, "ai": False, "vectorize": False, "rateLimiter": True, "metrics": True,
     "webhookQueue": False, "auditLogKv": True,
@@ -46,9 +46,10 @@ def shallow_error(exc: BaseException) -> str:
     return f"probe failed ({type(exc).__name__})"
 
 
-def health_body(status_ok: bool, checks: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+def health_body(status_ok: bool, checks: list[dict[str, Any]], bindings: dict[str, bool] | None = None,
+                **extra: Any) -> dict[str, Any]:
     return {"status": "ok" if status_ok else "degraded", "timestamp": utc_now_iso(), "apiVersion": API_VERSION,
-            "bindings": dict(SERVICE_BINDINGS), "checks": checks, **extra}
+            "bindings": {**SERVICE_BINDINGS, **(bindings or {})}, "checks": checks, **extra}
 
 
 async def counters_check(counters: Counters, *, deep: bool) -> dict[str, Any]:

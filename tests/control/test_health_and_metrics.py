@@ -41,6 +41,14 @@ async def test_shallow_health_has_the_published_shape_and_no_internal_address(
     assert_no_internal_addresses(text, str(data_dir))
 
 
+async def test_the_bindings_name_what_control_has(control: TestClient) -> None:
+    # The AI endpoints' models, the webhook outbox (a queue with retries and dead letters); no vector index with
+    # semantic search off, as the tests' control runs.
+    bindings = (await (await control.get("/api/health")).json())["bindings"]
+    assert bindings == {"assets": True, "kv": True, "ai": True, "vectorize": False, "rateLimiter": True,
+                        "metrics": True, "webhookQueue": True, "auditLogKv": True}
+
+
 async def test_deep_health_needs_the_metrics_key(control: TestClient) -> None:
     await _register_edge(control)
     await expect_error(await control.get("/api/health?deep=1"), 401, "Unauthorized")

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from assetcdn.control.acme.service import CERTIFICATES
-from assetcdn.control.app_keys import COUNTERS
+from assetcdn.control.app_keys import COUNTERS, SETTINGS
 from assetcdn.control.chat.service import CHAT
 from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.control.storage.service import DB, GIT, MANIFEST
@@ -122,5 +122,8 @@ async def health(request: web.Request) -> web.Response:
         # An edge cut off from control stops acknowledging: its lag shows here as generations behind.
         extra["edges"] = [{**edge, "generationsBehind": max(manifest.generation - edge["generation"], 0)}
                           for edge in app[REGISTRY].describe()]
-    return json_response(health_body(ok, checks, **extra), status=200 if serving_ok(checks) else 503,
+    # Control's own bindings besides the shared ones: the AI endpoints' packaged models, the webhook outbox (a
+    # queue with retries and dead letters) and, with semantic search on, the catalog's vector index.
+    bindings = {"ai": True, "webhookQueue": True, "vectorize": bool(app[SETTINGS].get("search", "semantic"))}
+    return json_response(health_body(ok, checks, bindings, **extra), status=200 if serving_ok(checks) else 503,
                          headers=HEALTH_HEADERS)
