@@ -31,16 +31,17 @@ class ChatQuota:
         self.month = Limit("chat:month", monthly_limit, period="month")
         self.day = Limit("chat:day", daily_soft_limit, period="day")
 
-    async def take(self, *, with_model: bool) -> ChatAllowance | None:
-        """What this question may use: None (nothing counted) when a model is configured and the
-        month's limit is reached; without a model, nothing is counted."""
+    async def take(self, *, with_model: bool) -> ChatAllowance | Decision:
+        """What this question may use: the month's refusing Decision (nothing counted; its headers say when
+        the month ends) when a model is configured and the month's limit is reached; without a model,
+        nothing is counted."""
         off = self.month.limit <= 0
         if not with_model:
             month = await self.counters.peek(self.month)
             return ChatAllowance(None if off else month.remaining, use_model=False)
         month = await self.counters.hit(self.month)
         if not month.allowed:
-            return None
+            return month
         day = await self.counters.hit(self.day)
         if not day.allowed:  # today's soft limit is spent: answered without the model, at no cost
             await self.counters.refund(month)

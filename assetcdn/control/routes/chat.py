@@ -16,7 +16,7 @@ from aiohttp import web
 from assetcdn.control.chat.conversation import parse_question
 from assetcdn.control.chat.service import CHAT, CHAT_LIMITER, CHAT_QUOTA
 from assetcdn.control.chat.sse import HEADERS, frame
-from assetcdn.control.identity.rate_limit import client_key, rate_headers
+from assetcdn.control.identity.rate_limit import Decision, client_key, rate_headers
 from assetcdn.control.records.client_ip import request_ip
 from assetcdn.control.request_body import read_body
 from assetcdn.shared.errors import LegacyError
@@ -42,8 +42,12 @@ async def chat(request: web.Request) -> web.StreamResponse:
                           f"Rate limit exceeded: at most {decision.limit} chat questions a minute per client. "
                           f"Retry in {decision.retry_after_s()} s.", headers=rate_headers(decision))
     allowance = await request.app[CHAT_QUOTA].take(with_model=request.app[CHAT].model is not None)
-    if allowance is None:
-        raise LegacyError(429, "limit_reached", MONTHLY_LIMIT_MESSAGE, extra={"message": MONTHLY_LIMIT_MESSAGE})
+    if isinstance(allowance, Decision):
+        # Refused for the month: the client's minute gives its slot back (a refused request is not counted), and
+        # the 429 says when the month ends.
+        await request.app[CHAT_LIMITER].give_back(decision)
+        raise LegacyError(429, "limit_reached", MONTHLY_LIMIT_MESSAGE, extra={"message": MONTHLY_LIMIT_MESSAGE},
+                          headers=allowance.refusal_headers())
     answered = False
     try:
         response = web.StreamResponse(headers=HEADERS)

@@ -7,6 +7,7 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +223,22 @@ async def test_the_monthly_limit_answers_429_limit_reached(make_control: MakeCon
     body = await resp.json()
     assert body["error"] == "limit_reached"
     assert body["message"] == "Monthly query limit reached. The Concierge will be back next month."
+    # As every 429: when to come back (the first of next month, UTC), and the limit that refused.
+    now = datetime.now(UTC)
+    next_month = datetime(now.year + (now.month == 12), now.month % 12 + 1, 1, tzinfo=UTC)
+    assert 0 < int(resp.headers["Retry-After"]) <= (next_month - now).total_seconds() + 1
+    assert (resp.headers["X-RateLimit-Limit"], resp.headers["X-RateLimit-Remaining"]) == ("2", "0")
+    assert int(resp.headers["X-RateLimit-Reset"]) == int(next_month.timestamp())
+
+
+async def test_a_question_the_month_refused_takes_no_slot_of_the_clients_minute(
+        make_control: MakeControl, fake_model: tuple[FakeModel, str]) -> None:
+    _, url = fake_model
+    client = await make_control(ai_chat_url=url, ai_chat_monthly_limit="1", ai_chat_rate_limit_per_minute="2")
+    assert (await ask(client, {"message": "What is a zone?"}))[0].status == 200
+    assert (await client.post("/api/chat", json={"message": "What is a zone?"})).status == 429
+    resp = await client.post("/api/chat", json={"message": "What is a zone?"})
+    assert resp.status == 429 and (await resp.json())["error"] == "limit_reached"  # not the minute's 429
 
 
 @pytest.mark.parametrize("with_model", [True, False])
