@@ -1,0 +1,29 @@
+"""A method an /api endpoint does not take: 405 with the methods it takes in Allow, whether the edge answers the
+endpoint itself or forwards it to control (RFC 9110 15.5.6); a path nothing takes stays 404."""
+
+from __future__ import annotations
+
+from tests.support.cdn import CdnFactory
+
+
+async def test_a_method_an_endpoint_does_not_take_is_405_through_the_edge(make_cdn: CdnFactory) -> None:
+    # The endpoint exists (on the edge or at control): a 404 "No endpoint matches" would say it does not.
+    cdn = await make_cdn()
+    for method, path, allowed, legacy in [
+        ("POST", "/api/transform?url=/x.png", {"GET", "HEAD"}, True),
+        ("DELETE", "/api/auto/x/logo", {"GET", "HEAD"}, True),
+        ("PUT", "/api/lqip", {"GET", "HEAD"}, False),
+        ("POST", "/api/stream?video=black", {"GET", "HEAD", "OPTIONS"}, True),
+        ("POST", "/api/signed", {"GET", "HEAD"}, True),
+        ("GET", "/api/purge", {"POST"}, True),  # control's endpoint: its 405 comes through
+        ("PATCH", "/api/tokens", {"GET", "HEAD", "POST", "DELETE"}, False),
+    ]:
+        resp = await cdn.edge.request(method, path)
+        body = await resp.json()
+        assert resp.status == 405 and body["HttpCode"] == 405, (path, body)
+        message = body["error"] if legacy else body["error"]["message"]
+        assert message == body["Message"] and method in message, body
+        assert {m.strip() for m in resp.headers["Allow"].split(",")} == allowed, path
+    # A path nothing takes is still 404, and the edge's own routes still answer their methods.
+    assert (await cdn.edge.post("/api/nothing")).status == 404
+    assert (await cdn.edge.options("/api/stream")).status == 204
