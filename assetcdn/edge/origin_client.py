@@ -50,6 +50,7 @@ from assetcdn.shared.address_guard import (
 from assetcdn.shared.cdn_cookies import is_cdn_cookie
 from assetcdn.shared.config import Settings
 from assetcdn.shared.metrics import LATENCY_BUCKETS, Metrics, add_observations
+from assetcdn.shared.secrets import TOKEN_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,14 @@ UNKEYED_OVERRIDES = frozenset((
 # What the edge answers itself: a client's `Expect: 100-continue` is met by the edge, which has the whole body
 # before it asks the origin; another expectation sent on would have the origin (or a shield) refuse the request.
 ANSWERED_HERE = frozenset(("expect",))
-NOT_FORWARDED = HOP_BY_HOP | UNKEYED_OVERRIDES | ANSWERED_HERE
+# This CDN's own keys (control's key fields), which a tool may send with every request, CDN paths too: never the
+# origin's to read (whoever may set a zone's origin would collect them). A zone that needs such a field at its
+# origin sends its own (`Origin.request_headers`). A Bearer token of this CDN's form is dropped too (`is_cdn_token`).
+CDN_CREDENTIALS = frozenset(("accesskey", "accountkey"))
+# Fields naming the client's address that some origins believe: the edge says what it saw in X-Forwarded-For.
+CLAIMED_ADDRESSES = frozenset(("true-client-ip", "cf-connecting-ip", "fastly-client-ip", "x-client-ip",
+                               "x-cluster-client-ip", "x-originating-ip", "x-remote-ip", "x-remote-addr"))
+NOT_FORWARDED = HOP_BY_HOP | UNKEYED_OVERRIDES | ANSWERED_HERE | CDN_CREDENTIALS | CLAIMED_ADDRESSES
 VIA = "1.1 assetcdn"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_CHECKED_HOSTS = 1024  # origin hosts whose refusal (or none) is remembered; more start over
@@ -191,7 +199,8 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
     `X_Forwarded_Host` as `X-Forwarded-Host` (both HTTP_X_FORWARDED_HOST)."""
     fields = request_connection_fields(client)
     dropped = NOT_FORWARDED if fields is HOP_BY_HOP else (
-        {name.replace("_", "-") for name in fields} | UNKEYED_OVERRIDES | ANSWERED_HERE)
+        {name.replace("_", "-") for name in fields} | UNKEYED_OVERRIDES | ANSWERED_HERE | CDN_CREDENTIALS
+        | CLAIMED_ADDRESSES)
     zone_fields = origin.request_headers
     if zone_fields:  # the zone's own fields replace the client's, whatever its spelling of their names
         dropped = dropped | origin.own_field_names
@@ -204,7 +213,7 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
             value = without_cdn_cookies(value)
             if not value:
                 continue
-        if lowered not in dropped:
+        if lowered not in dropped and not (lowered == "authorization" and is_cdn_token(value)):
             headers.add(name, value)
     headers["Host"] = origin.host_header or origin.url.raw_authority
     for name, value in zone_fields:
@@ -217,6 +226,12 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
         headers["X-Forwarded-For"] = client_ip
     headers["X-Forwarded-Proto"] = scheme
     return headers
+
+
+def is_cdn_token(authorization: str) -> bool:
+    """Whether an Authorization field's value is a Bearer token of this CDN's form (control's API tokens)."""
+    scheme, _, credentials = authorization.partition(" ")
+    return scheme.lower() == "bearer" and credentials.lstrip().startswith(TOKEN_PREFIX)
 
 
 def without_cdn_cookies(value: str) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SECRETS_FILE = "secrets.env"
+TOKEN_PREFIX = "cdnsk_"  # control's API tokens (assetcdn/control/identity/tokens.py) begin so
 DATA_DIR_MODE = 0o700
 SECRET_FILE_MODE = 0o600
 PRIVATE_UMASK = 0o077  # files and directories a process creates are its owner's only

@@ -16,6 +16,7 @@ from assetcdn.control.identity.auth import TokenGrant
 from assetcdn.control.identity.labels import checked_label
 from assetcdn.control.storage.database import Database
 from assetcdn.shared.errors import ApiError, bad_request
+from assetcdn.shared.secrets import TOKEN_PREFIX
 from assetcdn.shared.timestamps import utc_now_iso
 
 # The tokens' table (created at start by the identity package, assetcdn/control/identity/service.py).
@@ -35,7 +36,6 @@ CREATE TABLE IF NOT EXISTS tokens (
 
 log = logging.getLogger(__name__)
 
-TOKEN_PREFIX = "cdnsk_"
 SCOPES = ("storage:read", "storage:write", "assets:read", "insights:read", "zones:read", "zones:write",
           "purge:write", "pipeline:write", "webhooks:read", "webhooks:write", "ai:read")
 MAX_ACTIVE_TOKENS = 50

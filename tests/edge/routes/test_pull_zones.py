@@ -889,6 +889,35 @@ async def test_the_origin_gets_the_zones_fields_and_never_the_clients_overrides(
         assert name not in seen.headers, name
 
 
+async def test_the_cdns_own_credentials_and_claimed_client_addresses_never_reach_the_origin(pull: Pull) -> None:
+    """A tool that sends this CDN's key or token with every request (CDN paths too) must not hand it to an origin,
+    which whoever may set a zone's origin chooses; and an address the client claims in a field some origins believe
+    is not sent on as if the edge had seen it. The origin's own credentials (another Bearer token, its own
+    x-api-key) go on, as any end-to-end field."""
+    pull.origin.answer("/credentials.txt", b"ok", headers=LONG)
+    resp = await pull.get("/credentials.txt", headers={
+        "accesskey": "an-access-key", "AccountKey": "an-account-key",
+        "True-Client-IP": "203.0.113.9", "CF-Connecting-IP": "203.0.113.9", "Fastly-Client-IP": "203.0.113.9",
+        "X-Client-IP": "203.0.113.9", "X_Cluster_Client_IP": "203.0.113.9", "X-API-Key": "the-origins-own"})
+    assert (resp.status, await resp.read()) == (200, b"ok")
+    (seen,) = pull.origin.requests("/credentials.txt")
+    for name in ("AccessKey", "AccountKey", "True-Client-IP", "CF-Connecting-IP", "Fastly-Client-IP",
+                 "X-Client-IP", "X_Cluster_Client_IP"):
+        assert name not in seen.headers, name
+    assert seen.headers["X-API-Key"] == "the-origins-own"
+    assert seen.headers["X-Forwarded-For"] == "127.0.0.1"
+
+    pull.origin.answer("/token.txt", b"ok", headers=LONG)
+    pull.origin.answer("/origin-token.txt", b"ok", headers=LONG)
+    for path, authorization in (("/token.txt", "Bearer  cdnsk_" + "0" * 40), ("/origin-token.txt", "Bearer abc")):
+        resp = await pull.get(path, headers={"Authorization": authorization})
+        assert (resp.status, await resp.read()) == (200, b"ok")
+    (token,) = pull.origin.requests("/token.txt")
+    assert "Authorization" not in token.headers
+    (origin_token,) = pull.origin.requests("/origin-token.txt")
+    assert origin_token.headers["Authorization"] == "Bearer abc"
+
+
 async def test_the_clients_overrides_spelled_with_underscores_never_reach_the_origin(pull: Pull) -> None:
     """Servers that pass fields to applications as CGI variables (gunicorn before 22, CGI and WSGI bridges) read
     `X_Forwarded_Host` as `X-Forwarded-Host` (both HTTP_X_FORWARDED_HOST): such a spelling must not carry a
