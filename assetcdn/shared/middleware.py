@@ -15,6 +15,7 @@ from aiohttp.typedefs import Handler
 from assetcdn.shared import API_VERSION
 from assetcdn.shared.content_security import protect
 from assetcdn.shared.errors import ApiError, LegacyError, as_legacy
+from assetcdn.shared.request_body import BodyAbandoned
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +222,12 @@ async def _stamp_headers(request: web.Request, response: web.StreamResponse) -> 
         # balancer pooling its connections, another client's request): that next request is never read from here.
         response.force_close()
         response.headers["Connection"] = "close"  # the head was made before this hook: the client is told too
+    elif request.body_exists and isinstance(request.content.exception(), BodyAbandoned):
+        # A body left unread (`abandon_body`: an invalid coding or framing, an unauthenticated upload) is never
+        # drained: the connection closes after this answer, and the client is told so rather than find it closed
+        # under its next request.
+        response.force_close()
+        response.headers["Connection"] = "close"
     close_after_unframed_body(request, response)
 
 

@@ -181,6 +181,9 @@ async def test_a_body_that_does_not_decode_answers_400(shared_cdn: Cdn) -> None:
         body = await resp.json()
         assert resp.status == 400, (name, body)
         assert body["error"]["code"] == "InvalidBody"
+        # The rest of the body is never read, so the connection closes after the answer: the client is told, or
+        # it would send its next request on a connection about to close ("server disconnected").
+        assert resp.headers.get("Connection", "").lower() == "close", (name, resp.headers)
     resp = await cdn.edge.get("/api/health")  # the edge still serves
     assert resp.status == 200
 
