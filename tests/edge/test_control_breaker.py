@@ -21,14 +21,7 @@ from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.metrics import Metrics
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def test_the_breaker_opens_on_failure_probes_once_when_due_and_closes_on_success() -> None:

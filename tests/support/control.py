@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 from aiohttp import web
@@ -57,3 +58,15 @@ async def serve_dashboard(control_server: BaseTestServer, listener: socket.socke
     assert control_server.runner is not None
     await web.SockSite(control_server.runner, listener).start()
 
+
+@contextlib.contextmanager
+def write_lock_held(path: Path) -> Iterator[sqlite3.Connection]:
+    """Another process's view: a connection of its own holding control.sqlite3's write lock; what it
+    writes meanwhile is committed when the block ends."""
+    other = sqlite3.connect(path, isolation_level=None, timeout=10)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        yield other
+        other.execute("COMMIT")
+    finally:
+        other.close()

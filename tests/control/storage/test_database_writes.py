@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,23 +21,10 @@ from assetcdn.shared.config import load_settings
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import cdn_path_of, repo_path_of
 from tests.control.expect import expect_error
-from tests.support.control import ACCESS, ACCOUNT, SECRETS
+from tests.support.control import ACCESS, ACCOUNT, SECRETS, write_lock_held
 from tests.support.wait import wait_until
 
 BUSY_TIMEOUT_MS = 200
-
-
-@contextlib.contextmanager
-def write_lock_held(path: Path) -> Iterator[sqlite3.Connection]:
-    """Another process's view: a connection of its own holding control.sqlite3's write lock; what it
-    writes meanwhile is committed when the block ends."""
-    other = sqlite3.connect(path, isolation_level=None, timeout=10)
-    try:
-        other.execute("BEGIN IMMEDIATE")
-        yield other
-        other.execute("COMMIT")
-    finally:
-        other.close()
 
 
 async def put(control: TestClient, path: str, body: bytes) -> int:

@@ -10,11 +10,10 @@ from aiohttp import ClientResponse
 from assetcdn.edge.circuit_breaker import CLOSED, OPEN, CircuitBreaker
 from assetcdn.edge.control_client import ControlClient
 from tests.control.expect import expect_error
-from tests.control.storage.test_database_writes import write_lock_held
-from tests.edge.test_control_breaker import Clock
 from tests.integration.faults import control_check
 from tests.support.cdn import ZONE, Cdn, CdnFactory
-from tests.support.control import ACCESS, ACCOUNT
+from tests.support.clock import Clock
+from tests.support.control import ACCESS, ACCOUNT, write_lock_held
 from tests.support.sockets import loopback_listener
 
 OPEN_S = 30.0  # the breaker's open period here: never waited out, the breaker's clock is moved past it
