@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from assetcdn.edge.server import WORKER_MAX_RESTARTS
 from tests.integration.harness import (
     KEYS,
+    METRICS,
     child_processes,
     free_port_block,
     running,
@@ -50,6 +54,40 @@ def test_a_killed_edge_worker_is_started_again_by_its_edge(tmp_path: Path) -> No
     assert "edge-0 exited" not in cdn.log_path.read_text()  # not `up` restarting the whole edge
 
 
+def spool_bytes_held(edge_url: str) -> float:
+    """`assetcdn_edge_body_spool_bytes` on the edge's /metrics (any worker reports the node)."""
+    with urllib.request.urlopen(urllib.request.Request(f"{edge_url}/metrics", headers=METRICS), timeout=20) as resp:
+        text = resp.read().decode()
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == "assetcdn_edge_body_spool_bytes")
+
+
+def test_a_killed_workers_held_space_leaves_the_nodes_metrics(tmp_path: Path) -> None:
+    """`assetcdn_edge_body_spool_bytes` is what the node's workers hold now: a worker killed while it held a forwarded
+    body's temporary space (the OOM killer in the middle of an upload) took that space with it. Its share stayed in
+    the sum until the whole edge was restarted, a node that held nothing reporting it for good."""
+    cdn = start_cdn(tmp_path, edges=1, workers=2)
+    try:
+        [edge] = cdn.pids("--name edge-0")
+        host, port = cdn.edge_urls[0].removeprefix("http://").rsplit(":", 1)
+        upload = socket.create_connection((host, int(port)))
+        try:  # an upload under way, past what a forwarded body may hold in memory (256 KB): it holds a temporary file
+            upload.sendall(b"PUT /api/storage/demo/big.bin HTTP/1.1\r\nHost: x\r\nContent-Length: 8000000\r\n\r\n"
+                           + b"x" * 1_000_000)
+            deadline = time.monotonic() + 6 * WAIT_S
+            while spool_bytes_held(cdn.edge_urls[0]) == 0:
+                assert time.monotonic() < deadline, "the upload never held temporary space"
+                time.sleep(0.05)  # another process's count, reported once a second: polled
+            workers = workers_of(edge)
+            for worker in workers:  # the one receiving the upload among them
+                os.kill(worker, signal.SIGKILL)
+            assert wait_gone(set(workers)) == set()
+        finally:
+            upload.close()
+        assert wait_every_worker_ready(cdn.edge_urls[0], 2) == {"edge-0/0", "edge-0/1"}
+        assert spool_bytes_held(cdn.edge_urls[0]) == 0
+    finally:
+        assert cdn.stop() == 0
 
 
 def test_an_edge_whose_workers_keep_dying_stops_with_status_1(tmp_path: Path) -> None:
