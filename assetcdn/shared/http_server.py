@@ -58,6 +58,8 @@ def _json_error_page(self: web_protocol.RequestHandler, request: web_request.Bas
         self.logger.debug("Unreadable request from %s: %s", request.remote, exc)
         if request.writer.output_size > 0:  # as aiohttp: part of an answer is out, the connection is broken
             raise ConnectionError("Response is sent already, cannot send another response with the error message")
+    if request._message is web_protocol.ERROR:  # a request not read: no middleware of the application saw it
+        _count_unreadable(self, request.method, status)
     phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
     error = ApiError(status, phrase.replace(" ", "").replace("-", ""),
                      f"{status} {phrase}: the request could not be read (its request line, headers or body "
@@ -68,6 +70,22 @@ def _json_error_page(self: web_protocol.RequestHandler, request: web_request.Bas
     response.headers[NOSNIFF_HEADER] = NOSNIFF
     response.force_close()
     return response
+
+
+UNREADABLE_ROUTE = "unreadable"
+
+
+def _count_unreadable(handler: web_protocol.RequestHandler, method: str, status: int) -> None:
+    """A request aiohttp could not read is answered without the application's metrics middleware: counted here on
+    /metrics as route `unreadable` (its method is aiohttp's `UNKNOWN`), so that a client's malformed requests show
+    among the answers by status."""
+    # Imported here, loaded by then: an edge sets PROMETHEUS_MULTIPROC_DIR before prometheus_client is imported.
+    from assetcdn.shared.metrics import METRICS
+
+    app = getattr(handler._request_handler, "__self__", None)  # the application's `_handle`, bound
+    metrics = app.get(METRICS) if isinstance(app, web.Application) else None
+    if metrics is not None:
+        metrics.add_requests(UNREADABLE_ROUTE, method, str(status), 1)
 
 
 def cut_short(request: web.BaseRequest) -> None:
