@@ -64,6 +64,7 @@ async def test_requests_that_could_not_be_read_are_counted_with_their_status(mak
     sending nothing else showed no 4xx at all. It counts under the route `unreadable` (method `UNKNOWN`)."""
     cdn = await make_cdn()
     for client in (cdn.edge, cdn.control):
+        assert client.port is not None
         statuses = await unreadable_answers(client.port)
         assert all(400 <= status < 500 for status in statuses), statuses
         text = await (await client.get("/metrics", headers=METRICS)).text()
