@@ -84,8 +84,10 @@ def same_format(fmt: str, other: str) -> bool:
 def single_file_choices(chain: list[str], file: File, fmt: str | None) -> list[AutoChoice[File]]:
     """A file whose format is `fmt` (None: not one to send as it is) as the only candidate and the conversion
     source: sent as it is where its format comes in the chain before any this edge converts to (a WebP to a
-    client taking WebP but not AVIF), else converted."""
-    return decide(chain, lambda wanted: file if fmt is not None and same_format(fmt, wanted) else None, file)
+    client taking WebP but not AVIF), else converted. An SVG sent as it is is never converted, as a stored
+    base's never is: the chain's svg (every still chain ends with it) answers."""
+    return decide(chain, lambda wanted: file if fmt is not None and same_format(fmt, wanted) else None,
+                  None if fmt == "svg" else file)
 
 
 def conversion_options(source: ManifestEntry) -> TransformOptions:

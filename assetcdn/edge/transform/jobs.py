@@ -64,7 +64,8 @@ def checked_as_is(source_format: str, output_format: str, limits: TransformLimit
     from assetcdn.edge.transform.steps import check_source  # noqa: PLC0415
 
     image_source = read_source(source, source_format)
-    check_source(image_source, output_format, limits)
+    # An SVG sent as it is is drawn by the browser at the page's size: no pixels of it are made here.
+    check_source(image_source, output_format, limits, rendered_at_size=output_format == "svg")
     return Variant(image_source.format.encode(), "text/plain")
 
 

@@ -257,6 +257,22 @@ async def test_auto_still_converts_a_pull_jpeg_for_a_browser_taking_avif_or_webp
         assert await resp.read() != jpeg and close_to(centre(await resp.read()), RED)
 
 
+async def test_auto_sends_a_pull_svg_as_it_is_never_rasterised(pics: Pics) -> None:
+    """As a stored base's SVG is: a vector image is sent as it is (the chain ends with svg), however large it says it
+    is, not a raster made of it at its own size (blurred on a dense screen); under the sandbox policy any SVG gets.
+    With anim=1, whose chain holds no svg, there is nothing to send (404), as for a stored base."""
+    huge = SVG.replace('width="200" height="100"', 'width="20000" height="10000"').encode()
+    for name, body in (("/vector.svg", SVG.encode()), ("/vector-huge.svg", huge)):
+        pics.origin.answer(name, body, headers={**LONG, "Content-Type": "image/svg+xml"})
+        for target in (f"/api/auto?path=/{ZONE}{name}", f"/api/auto/{ZONE}{name}"):
+            resp = await pics.get(target, headers={"Accept": "image/avif,image/webp,*/*"})
+            assert resp.status == 200, await resp.text()
+            assert (resp.headers["Content-Type"], await resp.read()) == ("image/svg+xml", body)
+            assert "sandbox" in resp.headers["Content-Security-Policy"]
+        animated = await pics.get(f"/api/auto?path=/{ZONE}{name}&anim=1", headers={"Accept": "image/webp"})
+        assert animated.status == 404, await animated.text()
+
+
 async def test_auto_sends_as_it_is_only_what_its_bytes_are(pics: Pics) -> None:
     """An origin's label is not taken at its word: a JPEG it calls a WebP is converted to a WebP (never sent as
     `image/webp`); a WebP it sends gzip-coded is converted from what the coding holds (its stored bytes are the
