@@ -41,7 +41,7 @@ from assetcdn.edge.negotiate import (
     still_chain,
 )
 from assetcdn.edge.node import EdgeNode
-from assetcdn.edge.site_config import request_host
+from assetcdn.edge.site_config import request_host, tenant_path
 from assetcdn.edge.states.fetch import AS_IS
 from assetcdn.edge.states.keys import as_is_check_key
 from assetcdn.edge.states.pull_source import PullSource, pull_source_path, variant_cache_control
@@ -138,6 +138,7 @@ async def answer(request: web.Request, base: str, chain: list[str], headers: dic
     if pulled is not None:  # the path names the origin's file itself: its names at the origin are unknown here
         return await serve_pull_variant(request, pulled, REFUSALS,
                                         partial(_pull_answer, request, chain, headers))
+    base = tenant_path(host_zone, "/" + base)[1:]  # `/v1/...` on a zone's own host names its files, as delivered
     try:
         parse_cdn_path(base)  # a stored file's base keeps the stored names' rules
     except InvalidPath:

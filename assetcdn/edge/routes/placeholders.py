@@ -24,7 +24,7 @@ from aiohttp import web
 from assetcdn.edge.app_keys import IMAGE_POOL, NODE
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.client_limits import refund_client_misses, take_client_misses
-from assetcdn.edge.site_config import request_host
+from assetcdn.edge.site_config import request_host, tenant_path
 from assetcdn.edge.states.keys import placeholder_key
 from assetcdn.edge.states.pull_source import pull_source_path, variant_cache_control
 from assetcdn.edge.states.pull_variant import serve_pull_variant
@@ -92,11 +92,12 @@ async def _placeholder(request: web.Request, kind: str, params: PlaceholderParam
             return await serve_pull_variant(request, pulled, REFUSALS, lambda source: (
                 placeholder(source.format, source.source_id),
                 replace(_policy(answer), cache_control=variant_cache_control(source, MAX_AGE_S))))
+        url = tenant_path(host_zone, "/" + params.url)[1:]  # `/v1/...` on a zone's own host: its file, as delivered
         try:
-            check_stored_source(params.url)
+            check_stored_source(url)
         except AssetUrlError as exc:
             raise ApiError(400, "InvalidUrl", exc.message, target="url") from exc
-        entry = source_for(node, params.url, host_zone, REFUSALS)
+        entry = source_for(node, url, host_zone, REFUSALS)
         return await serve(request, entry, placeholder(entry.format, entry.blob_id), _policy(answer))
     except LegacyError as exc:
         raise _standard(exc) from None

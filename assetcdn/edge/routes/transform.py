@@ -23,7 +23,7 @@ from assetcdn.edge.negotiate import (
     VARY_QUERY_ROUTE,
     is_slow_network,
 )
-from assetcdn.edge.site_config import request_host
+from assetcdn.edge.site_config import request_host, tenant_path
 from assetcdn.edge.states.pull_source import pull_source_path, variant_cache_control
 from assetcdn.edge.states.pull_variant import serve_pull_variant
 from assetcdn.edge.states.serve import IMMUTABLE, LEGACY_REFUSALS, ServePolicy, serve, source_for
@@ -125,9 +125,10 @@ async def _transform(request: web.Request) -> web.StreamResponse:
     if pulled is not None:
         return await serve_pull_variant(request, pulled, LEGACY_REFUSALS, lambda source: (
             variant(source.format, source.source_id, None), policy(variant_cache_control(source))))
+    url = tenant_path(host_zone, "/" + opts.url)[1:]  # `/v1/...` on a zone's own host names its file, as delivered
     try:
-        check_stored_source(opts.url)
+        check_stored_source(url)
     except AssetUrlError as exc:
         raise bad_parameter(exc.message) from exc
-    entry = source_for(node, opts.url, host_zone, LEGACY_REFUSALS)
+    entry = source_for(node, url, host_zone, LEGACY_REFUSALS)
     return await serve(request, entry, variant(entry.format, entry.blob_id, entry.sha256), policy(IMMUTABLE))

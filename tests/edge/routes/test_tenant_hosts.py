@@ -88,6 +88,25 @@ async def test_tenant_hosts_serve_their_zone_and_the_stock_pool_only(make_cdn: C
     assert all_are(await statuses(cdn, f"{OTHER}.cdn.localhost", OWN_FILE), 404)
 
 
+async def test_an_image_routes_source_on_a_tenant_host_is_named_as_its_delivery_is(make_cdn: CdnFactory) -> None:
+    """`/v1/...` on a zone's own host is its file for the image routes' `url` and `path` as for its delivery: a page
+    on the custom domain writes `/api/transform?url=/v1/logos/own.png` beside `<img src="/v1/logos/own.png">`, as a
+    pull zone's page writes `url=/photo.jpg`. Another zone's file stays out of reach, and a variant is the one the
+    full path names (one cache entry)."""
+    cdn = await two_zones(make_cdn)
+    for host in (TENANT_HOST, CUSTOM_DOMAIN):
+        own = {url: status for url, status in (await statuses(cdn, host, "v1/logos/own.png")).items()
+               if "/api/signed" not in url}
+        assert all_are(own, 200), (host, own)
+        other = {url: status for url, status in (await statuses(cdn, host, "v1/logos/theirs.png")).items()
+                 if "/api/signed" not in url}
+        assert all_are(other, 404), (host, other)
+    short = await cdn.edge.get("/api/transform?url=/v1/logos/own.png&w=5", headers={"Host": TENANT_HOST})
+    full = await cdn.edge.get(f"/api/transform?url=/{OWN_FILE}&w=5", headers={"Host": CUSTOM_DOMAIN})
+    assert (short.headers["X-Cache"], full.headers["X-Cache"]) == ("MISS", "HIT")
+    assert await short.read() == await full.read()
+
+
 @pytest.mark.parametrize("hit_path", [True, False], ids=["hit-path", "application-only"])
 async def test_every_spelling_of_a_tenant_host_is_that_tenant(make_cdn: CdnFactory, hit_path: bool) -> None:
     """A trailing dot, upper case and a port name the same host: each is served as the tenant (never
