@@ -24,7 +24,7 @@ from assetcdn.edge.transform.encode import ANIMATED_OUTPUTS, CONTENT_TYPES, ENCO
 from assetcdn.edge.transform.options import OPTIONS, TransformOptions
 from assetcdn.edge.transform.options.base import Size, Step
 from assetcdn.edge.transform.options.quality import QUALITY
-from assetcdn.edge.transform.options.resize import RESIZE, plan_resize
+from assetcdn.edge.transform.options.resize import RESIZE, check_plan, plan_resize
 from assetcdn.edge.transform.plan import ResizePlan
 from assetcdn.edge.transform.source import (
     SourceImage,
@@ -114,7 +114,7 @@ def run_transform(source: bytes, source_format: str, opts: TransformOptions, out
     keep_animation = check_source(image_source, output_format, limits, rendered_at_size=decode_size is not None)
     pages = image_source.pages if keep_animation else 1
     if plan is not None:
-        check_pixels("requested output", plan.width, plan.height, pages, limits.max_pixels)
+        check_plan(plan, pages, limits.max_pixels)
     if image_source.filter_primitives:
         rendered = decode_size if decode_size is not None else (image_source.width, image_source.height)
         check_svg_filters(image_source, *rendered, limits.max_svg_filter_pixels)

@@ -436,3 +436,20 @@ def test_face_gravity_finds_a_real_face_on_a_plain_background() -> None:
     # The rightmost 300 columns (600..900): the head at x 50..200 of the crop, no red block.
     assert cropped.extract_area(50, 40, 150, 160).deviate() > 20
     assert cropped(140, 400)[1] > 200
+
+
+def test_a_cover_over_the_pixel_budget_names_the_size_it_scales_to_not_the_output_asked_for() -> None:
+    """fit=cover first scales the picture to cover w x h, then cuts w x h out of that: the budget holds the covering
+    size (gravity=face keeps it in memory), and the refusal says so rather than calling 100x10000 the output a client
+    asked 100x100 of; fit=outside's covering size is its output."""
+    strip = pyvips.Image.black(10, 1000).new_from_image([200, 30, 30]).copy(interpretation="srgb").cast("uchar")
+    source = strip.pngsave_buffer()
+    with pytest.raises(LegacyError) as caught:
+        transform(source, "png", "png", max_pixels=500_000, w="100", h="100")
+    assert caught.value.status == 422
+    assert caught.value.error.startswith("The size fit=cover scales to before its 100x100 crop is too large: "
+                                         "100x10000 = 1,000,000 pixels"), caught.value.error
+    with pytest.raises(LegacyError) as outside:
+        transform(source, "png", "png", max_pixels=500_000, w="100", h="100", fit="outside")
+    assert outside.value.error.startswith("The requested output is too large: 100x10000"), outside.value.error
+    assert load(transform(source, "png", "png", max_pixels=1_000_000, w="100", h="100").body).width == 100

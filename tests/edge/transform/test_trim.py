@@ -105,7 +105,7 @@ def test_the_resize_after_a_trim_is_held_to_the_pixel_budget() -> None:
     with pytest.raises(LegacyError) as caught:
         transform(source, max_pixels=1_000_000, trim="10", w="500", h="500")
     assert caught.value.status == 422
-    assert "requested output is too large: 500x5000" in caught.value.error
+    assert "size fit=cover scales to before its 500x500 crop is too large: 500x5000" in caught.value.error
     assert (transform(source, max_pixels=1_000_000, trim="10", w="50", h="50").width) == 50
 
 

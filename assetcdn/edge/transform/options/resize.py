@@ -92,6 +92,18 @@ def plan_resize(source_width: int, source_height: int, geometry: Geometry) -> Re
     return ResizePlan(*covering, None if geometry.fit == "outside" else (w, h))
 
 
+def check_plan(plan: ResizePlan, pages: int, max_pixels: int) -> None:
+    """Hold a plan to the pixel budget (LegacyError 422): the output asked for, and for a crop the covering size it
+    is cut from (gravity=face and auto keep that in memory), each refusal naming which it is."""
+    if plan.crop_to is None:
+        check_pixels("requested output", plan.width, plan.height, pages, max_pixels)
+        return
+    width, height = plan.crop_to
+    check_pixels("requested output", width, height, pages, max_pixels)
+    check_pixels(f"size fit=cover scales to before its {width}x{height} crop", plan.width, plan.height, pages,
+                 max_pixels)
+
+
 def resize(ctx: TransformContext) -> None:
     """Bring the decoded image to the planned size if the decoder did not already."""
     image = ctx.require_image()
@@ -101,7 +113,7 @@ def resize(ctx: TransformContext) -> None:
         ctx.plan_after_steps = False
         ctx.plan = plan_resize(image.width, image.get_page_height(), ctx.opts.get(RESIZE))
         if ctx.plan is not None:
-            check_pixels("requested output", ctx.plan.width, ctx.plan.height, ctx.pages, ctx.max_pixels)
+            check_plan(ctx.plan, ctx.pages, ctx.max_pixels)
     plan = ctx.plan
     if plan is None or (image.width, image.get_page_height()) == (plan.width, plan.height):
         return
