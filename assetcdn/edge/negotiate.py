@@ -151,6 +151,14 @@ def best_transform_format(accept: str | None, source_format: str, *, slow: bool 
         return "avif"
     if _allowed("webp", ranges):
         return "webp"
+    return universal_format(source)
+
+
+def universal_format(source_format: str) -> str:
+    """What `format=auto` gives a client that takes neither AVIF nor WebP (every client takes it): gif for a gif
+    source (keeps its animation), png for a source that may have alpha, jpeg otherwise. Also its answer when the
+    output has a side longer than AVIF or WebP holds (assetcdn/edge/routes/transform.py)."""
+    source = source_format.lower()
     if source == "gif":
         return "gif"
     return "png" if source in ALPHA_CAPABLE_SOURCES else "jpeg"

@@ -22,10 +22,11 @@ from assetcdn.edge.negotiate import (
     NETWORK_AWARE_SLOW,
     VARY_QUERY_ROUTE,
     is_slow_network,
+    universal_format,
 )
 from assetcdn.edge.site_config import request_host, tenant_path
 from assetcdn.edge.states.pull_source import pull_source_path, variant_cache_control
-from assetcdn.edge.states.pull_variant import serve_pull_variant
+from assetcdn.edge.states.pull_variant import Plan, serve_pull_variant
 from assetcdn.edge.states.serve import IMMUTABLE, LEGACY_REFUSALS, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import transform_variant
@@ -36,7 +37,7 @@ from assetcdn.edge.transform.options import (
     resolve_output_format,
 )
 from assetcdn.edge.transform.options.base import bad_parameter
-from assetcdn.edge.transform.options.format import FORMAT
+from assetcdn.edge.transform.options.format import FORMAT, is_side_too_long
 from assetcdn.shared.counter_store import Decision
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.limits import (
@@ -108,9 +109,10 @@ async def _transform(request: web.Request) -> web.StreamResponse:
         if slow:
             headers[NETWORK_AWARE_HEADER] = NETWORK_AWARE_SLOW
 
-    def variant(source_format: str, source_id: str, source_sha256: str | None) -> Made:
-        output_format = resolve_output_format(opts.get(FORMAT), source_format, request.headers.get("Accept"),
-                                              slow=slow)
+    def variant(source_format: str, source_id: str, source_sha256: str | None, *, universal: bool = False) -> Made:
+        output_format = (universal_format(source_format) if universal else
+                         resolve_output_format(opts.get(FORMAT), source_format, request.headers.get("Accept"),
+                                               slow=slow))
         return Made(pool, opts.cache_key(source_id, output_format),
                     partial(transform_variant, source_format, opts, output_format, pool.limits,
                             source_sha256=source_sha256),
@@ -121,14 +123,34 @@ async def _transform(request: web.Request) -> web.StreamResponse:
         return ServePolicy(cache_control, LEGACY_REFUSALS, headers=headers,
                            late_headers=lambda: rate_limit_headers(request))
 
+    def auto_again(exc: LegacyError) -> bool:
+        # format=auto chose AVIF or WebP, which cannot hold this output (too long a side): a page cannot ask again for
+        # another format, so the answer is the one a client taking neither gets (the chosen one stays refused, and
+        # remembered so, under its own key: format=avif asked for by name shares it).
+        return opts.get(FORMAT) == "auto" and is_side_too_long(exc)
+
     pulled = pull_source_path(node.config, host_zone, opts.url)
     if pulled is not None:
-        return await serve_pull_variant(request, pulled, LEGACY_REFUSALS, lambda source: (
-            variant(source.format, source.source_id, None), policy(variant_cache_control(source))))
+        def pull_plan(universal: bool) -> Plan:
+            return lambda source: (variant(source.format, source.source_id, None, universal=universal),
+                                   policy(variant_cache_control(source)))
+
+        try:
+            return await serve_pull_variant(request, pulled, LEGACY_REFUSALS, pull_plan(False))
+        except LegacyError as exc:
+            if not auto_again(exc):
+                raise
+        return await serve_pull_variant(request, pulled, LEGACY_REFUSALS, pull_plan(True))
     url = tenant_path(host_zone, "/" + opts.url)[1:]  # `/v1/...` on a zone's own host names its file, as delivered
     try:
         check_stored_source(url)
     except AssetUrlError as exc:
         raise bad_parameter(exc.message) from exc
     entry = source_for(node, url, host_zone, LEGACY_REFUSALS)
-    return await serve(request, entry, variant(entry.format, entry.blob_id, entry.sha256), policy(IMMUTABLE))
+    try:
+        return await serve(request, entry, variant(entry.format, entry.blob_id, entry.sha256), policy(IMMUTABLE))
+    except LegacyError as exc:
+        if not auto_again(exc):
+            raise
+    return await serve(request, entry, variant(entry.format, entry.blob_id, entry.sha256, universal=True),
+                       policy(IMMUTABLE))

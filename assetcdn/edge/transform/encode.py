@@ -35,6 +35,7 @@ import pyvips
 from PIL import Image as PillowImage
 
 from assetcdn.edge.transform.frames import first_frame
+from assetcdn.edge.transform.options.format import side_too_long
 from assetcdn.shared.errors import LegacyError
 
 try:  # JPEG XL needs imagecodecs (libjxl); without it the jxl encoder is simply not offered.
@@ -147,8 +148,7 @@ def encode_image(image: pyvips.Image, output_format: str, quality: int | None = 
     named = MAX_SIDE.get(output_format)
     width, height = image.width, image.get_page_height()
     if named is not None and max(width, height) > named[1]:
-        raise LegacyError(422, f"{named[0]} holds at most {named[1]} pixels a side, and the output would be "
-                          f"{width}x{height}. Ask for a smaller w or h, or another format.")
+        raise side_too_long(named[0], named[1], width, height)
     encoder = ENCODERS[output_format]
     try:
         return encoder(image, quality if quality is not None else DEFAULT_QUALITY.get(output_format, 80))

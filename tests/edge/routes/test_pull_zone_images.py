@@ -257,6 +257,19 @@ async def test_auto_still_converts_a_pull_jpeg_for_a_browser_taking_avif_or_webp
         assert await resp.read() != jpeg and close_to(centre(await resp.read()), RED)
 
 
+async def test_format_auto_of_a_pull_image_too_long_for_avif_and_webp_answers_a_format_that_holds_it(
+        pics: Pics) -> None:
+    """As for a stored picture: a 20x20000 page screenshot, format=auto for a browser taking AVIF, is a PNG (AVIF and
+    WebP hold at most 16384 and 16383 pixels a side), from the one image the origin was asked for."""
+    pics.origin.answer("/tall-page.png", image(BLUE, (20, 20000)), headers={**LONG, "ETag": '"tall"'})
+    for _ in range(2):
+        resp = await pics.transform("/tall-page.png", "format=auto", headers={"Accept": "image/avif,image/webp,*/*"})
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["Content-Type"] == "image/png" and opened(await resp.read()).size == (20, 20000)
+        assert 590 <= max_age(resp) <= 600
+    assert pics.origin.count("/tall-page.png") == 1
+
+
 async def test_auto_sends_a_pull_svg_as_it_is_never_rasterised(pics: Pics) -> None:
     """As a stored base's SVG is: a vector image is sent as it is (the chain ends with svg), however large it says it
     is, not a raster made of it at its own size (blurred on a dense screen); under the sandbox policy any SVG gets.
@@ -977,11 +990,13 @@ async def test_a_refusal_for_size_is_remembered_only_until_a_purge(pics: Pics) -
 
 async def test_a_webp_of_a_panorama_wider_than_webp_holds_is_422_not_an_internal_error(pics: Pics) -> None:
     """A 17000-pixel-wide strip (within the pixel bound) asked for as WebP, as a browser's `format=auto` asks: libwebp
-    refuses a side over 16383 pixels, and the image worker's crash on it was answered 500 "internal error"."""
+    refuses a side over 16383 pixels, and the image worker's crash on it was answered 500 "internal error". Asked for
+    with `format=auto`, it is answered in a format that holds it (a PNG here)."""
     pics.origin.answer("/panorama.png", image(RED, (17000, 4)), headers={**LONG, "Content-Type": "image/png"})
-    for query in ("format=webp", "format=auto"):
-        resp = await pics.transform("/panorama.png", query, headers={"Accept": "image/webp,*/*"})
-        assert resp.status == 422 and "WebP holds at most 16383 pixels a side" in (await resp.json())["error"]
+    resp = await pics.transform("/panorama.png", "format=webp", headers={"Accept": "image/webp,*/*"})
+    assert resp.status == 422 and "WebP holds at most 16383 pixels a side" in (await resp.json())["error"]
+    auto = await pics.transform("/panorama.png", "format=auto", headers={"Accept": "image/webp,*/*"})
+    assert (auto.status, auto.headers["Content-Type"], opened(await auto.read()).size) == (200, "image/png", (17000, 4))
     made = await pics.transform("/panorama.png", "format=webp&w=1000")
     assert (made.status, opened(await made.read()).size) == (200, (1000, 1))
 

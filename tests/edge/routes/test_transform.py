@@ -145,6 +145,29 @@ async def test_format_auto_negotiates_from_accept(shared_cdn: Cdn) -> None:
 
 
 @SHARED
+async def test_format_auto_answers_a_picture_too_long_for_avif_and_webp_in_a_format_that_holds_it(
+        shared_cdn: Cdn) -> None:
+    """A long page screenshot (20x20000) asked for with format=auto by a browser taking AVIF: AVIF and WebP hold at
+    most 16384 and 16383 pixels a side, and a page cannot ask again for another format, so the answer is the format
+    auto picks for a browser that takes neither (PNG here, the source may have alpha), not a 422 telling it to. Asked
+    for by name, AVIF is still refused (422), before or after the auto request."""
+    cdn, tall = shared_cdn, f"{ZONE}/v1/banners/tall-page.png"
+    await cdn.upload(tall, solid_png(20, 20000, (30, 120, 200)))
+    explicit = await cdn.edge.get(transform_url(tall, format="avif"))
+    assert explicit.status == 422 and "AVIF holds at most 16384" in (await explicit.json())["error"]
+    for accept in ("image/avif,image/webp,*/*", "image/webp,*/*", "image/avif,image/webp,*/*"):
+        resp = await cdn.edge.get(transform_url(tall, format="auto"), headers={"Accept": accept})
+        assert resp.status == 200, await resp.text()
+        assert (resp.headers["Content-Type"], resp.headers["Vary"]) == (
+            "image/png", "Accept, Save-Data, Sec-CH-Effective-Connection-Type")
+        picture = decode(await resp.read())
+        assert loader(picture).startswith("pngload") and (picture.width, picture.height) == (20, 20000)
+    assert (await cdn.edge.get(transform_url(tall, format="avif"))).status == 422
+    fits = await cdn.edge.get(transform_url(tall, format="auto", h=8000), headers={"Accept": "image/avif"})
+    assert (fits.status, fits.headers["Content-Type"]) == (200, "image/avif")
+
+
+@SHARED
 async def test_animation_is_kept_in_gif_and_webp(shared_cdn: Cdn) -> None:
     cdn = shared_cdn
     await cdn.upload(f"{ZONE}/v1/banners/anim.gif", animated_gif())
