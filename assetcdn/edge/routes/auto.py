@@ -50,6 +50,7 @@ from assetcdn.edge.states.serve import IMMUTABLE, LEGACY_REFUSALS, ServePolicy, 
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import checked_as_is, transform_variant
 from assetcdn.edge.transform.options import TransformOptions
+from assetcdn.edge.transform.options.format import is_side_too_long
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.manifest import ManifestEntry
 from assetcdn.shared.paths import InvalidPath, check_pull_path, parse_cdn_path
@@ -112,16 +113,19 @@ def _pull_conversion(request: web.Request, fmt: str, headers: dict[str, str],
 
 
 def _pull_answer(request: web.Request, chain: list[str], headers: dict[str, str],
-                 source: PullSource) -> tuple[Made | AsItIs, ServePolicy]:
-    """A pull zone's image as it is, or converted to the best format of the chain an encoder here writes."""
-    found = single_file_choices(chain, source, source.format if AsItIs.possible(source) else None)
+                 source: PullSource, *, as_is_only: bool = False) -> tuple[Made | AsItIs, ServePolicy]:
+    """A pull zone's image as it is, or converted to the best format of the chain an encoder here writes.
+    `as_is_only`: the conversions could not hold the image (too long a side): only the image as it is remains, as
+    for a stored base whose conversion failed."""
+    found = [choice for choice in single_file_choices(chain, source, source.format if AsItIs.possible(source) else None)
+             if not (as_is_only and choice.convert)]
     if not found:
         raise LegacyError(404, NOT_FOUND)
     best = found[0]
     if best.convert:
         return _pull_conversion(request, best.format, headers, source)
     # Bytes that are not what the origin calls them: converted as any other image is.
-    otherwise = next((fmt for fmt in chain if can_convert_to(fmt)), None)
+    otherwise = None if as_is_only else next((fmt for fmt in chain if can_convert_to(fmt)), None)
     pool = request.app[IMAGE_POOL]
     check = Made(pool, as_is_check_key(source.source_id, best.format),
                  partial(checked_as_is, source.format, best.format, pool.limits), metric_format="as-is")
@@ -136,8 +140,13 @@ async def answer(request: web.Request, base: str, chain: list[str], headers: dic
     host_zone = node.config.zone_for_host(request_host(request))
     pulled = pull_source_path(node.config, host_zone, base)
     if pulled is not None:  # the path names the origin's file itself: its names at the origin are unknown here
+        try:
+            return await serve_pull_variant(request, pulled, REFUSALS, partial(_pull_answer, request, chain, headers))
+        except LegacyError as exc:
+            if not is_side_too_long(exc):
+                raise
         return await serve_pull_variant(request, pulled, REFUSALS,
-                                        partial(_pull_answer, request, chain, headers))
+                                        partial(_pull_answer, request, chain, headers, as_is_only=True))
     base = tenant_path(host_zone, "/" + base)[1:]  # `/v1/...` on a zone's own host names its files, as delivered
     try:
         parse_cdn_path(base)  # a stored file's base keeps the stored names' rules

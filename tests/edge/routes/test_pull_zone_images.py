@@ -270,6 +270,22 @@ async def test_format_auto_of_a_pull_image_too_long_for_avif_and_webp_answers_a_
     assert pics.origin.count("/tall-page.png") == 1
 
 
+async def test_auto_sends_a_pull_image_too_long_for_avif_and_webp_as_it_is(pics: Pics) -> None:
+    """/api/auto, as for a stored base whose conversions cannot be made: the next format of the chain the image
+    itself is, sent as it is (the origin's PNG), not 422; a JPEG, which no still chain holds, is 404 as a stored
+    base's is."""
+    tall = image(BLUE, (20, 20000))
+    pics.origin.answer("/tall-auto.png", tall, headers={**LONG, "ETag": '"tall-auto"', "Content-Type": "image/png"})
+    for target in (f"/api/auto?path=/{ZONE}/tall-auto.png", f"/api/auto/{ZONE}/tall-auto.png"):
+        resp = await pics.get(target, headers={"Accept": "image/avif,image/webp,*/*"})
+        assert resp.status == 200, await resp.text()
+        assert (resp.headers["Content-Type"], await resp.read()) == ("image/png", tall)
+    pics.origin.answer("/tall-auto.jpg", image(BLUE, (20, 20000), "JPEG"),
+                       headers={**LONG, "Content-Type": "image/jpeg"})
+    resp = await pics.get(f"/api/auto?path=/{ZONE}/tall-auto.jpg", headers={"Accept": "image/avif,image/webp,*/*"})
+    assert resp.status == 404, await resp.text()
+
+
 async def test_auto_sends_a_pull_svg_as_it_is_never_rasterised(pics: Pics) -> None:
     """As a stored base's SVG is: a vector image is sent as it is (the chain ends with svg), however large it says it
     is, not a raster made of it at its own size (blurred on a dense screen); under the sandbox policy any SVG gets.
