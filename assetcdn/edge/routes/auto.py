@@ -112,20 +112,22 @@ def _pull_conversion(request: web.Request, fmt: str, headers: dict[str, str],
                                 headers={**headers, "Content-Type": FORMAT_MIME[fmt]})
 
 
-def _pull_answer(request: web.Request, chain: list[str], headers: dict[str, str],
-                 source: PullSource, *, as_is_only: bool = False) -> tuple[Made | AsItIs, ServePolicy]:
-    """A pull zone's image as it is, or converted to the best format of the chain an encoder here writes.
-    `as_is_only`: the conversions could not hold the image (too long a side): only the image as it is remains, as
-    for a stored base whose conversion failed."""
+def _pull_answer(request: web.Request, chain: list[str], headers: dict[str, str], too_short: frozenset[str],
+                 converts_to: list[str], source: PullSource) -> tuple[Made | AsItIs, ServePolicy]:
+    """A pull zone's image as it is, or converted to the best format of the chain an encoder here writes, but those
+    of `too_short` (their conversion could not hold the image: too long a side). `converts_to` is set to the format
+    a conversion would make, for the caller to try again without it if it cannot."""
     found = [choice for choice in single_file_choices(chain, source, source.format if AsItIs.possible(source) else None)
-             if not (as_is_only and choice.convert)]
+             if not (choice.convert and choice.format in too_short)]
     if not found:
         raise LegacyError(404, NOT_FOUND)
     best = found[0]
     if best.convert:
+        converts_to[:] = [best.format]
         return _pull_conversion(request, best.format, headers, source)
     # Bytes that are not what the origin calls them: converted as any other image is.
-    otherwise = None if as_is_only else next((fmt for fmt in chain if can_convert_to(fmt)), None)
+    otherwise = next((fmt for fmt in chain if can_convert_to(fmt) and fmt not in too_short), None)
+    converts_to[:] = [otherwise] if otherwise is not None else []
     pool = request.app[IMAGE_POOL]
     check = Made(pool, as_is_check_key(source.source_id, best.format),
                  partial(checked_as_is, source.format, best.format, pool.limits), metric_format="as-is")
@@ -140,13 +142,16 @@ async def answer(request: web.Request, base: str, chain: list[str], headers: dic
     host_zone = node.config.zone_for_host(request_host(request))
     pulled = pull_source_path(node.config, host_zone, base)
     if pulled is not None:  # the path names the origin's file itself: its names at the origin are unknown here
-        try:
-            return await serve_pull_variant(request, pulled, REFUSALS, partial(_pull_answer, request, chain, headers))
-        except LegacyError as exc:
-            if not is_side_too_long(exc):
-                raise
-        return await serve_pull_variant(request, pulled, REFUSALS,
-                                        partial(_pull_answer, request, chain, headers, as_is_only=True))
+        too_short: frozenset[str] = frozenset()
+        while True:
+            converts_to: list[str] = []
+            try:
+                return await serve_pull_variant(request, pulled, REFUSALS,
+                                                partial(_pull_answer, request, chain, headers, too_short, converts_to))
+            except LegacyError as exc:
+                if not is_side_too_long(exc) or not converts_to or converts_to[0] in too_short:
+                    raise   # not a format too short, or nothing new to try
+                too_short |= {converts_to[0]}
     base = tenant_path(host_zone, "/" + base)[1:]  # `/v1/...` on a zone's own host names its files, as delivered
     try:
         parse_cdn_path(base)  # a stored file's base keeps the stored names' rules
@@ -164,7 +169,9 @@ async def answer(request: web.Request, base: str, chain: list[str], headers: dic
         except LegacyError as exc:
             if not choice.convert or exc.status not in (415, 422):
                 raise
-            conversion_failed = True
+            # A format too short a side for the picture (AVIF, WebP): a later one may hold it. Any other failure is
+            # the source's.
+            conversion_failed = not is_side_too_long(exc)
     raise LegacyError(404, NOT_FOUND)
 
 

@@ -188,3 +188,21 @@ async def test_heic_is_opt_in_and_converted_with_pillow_heif(cdn: Cdn) -> None:
     assert heif.size == (40, 30)
     resp = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/heif,image/webp"})
     assert resp.headers["Content-Type"] == "image/webp"   # no heif encoder: the next format in the chain
+
+
+async def test_a_picture_too_long_for_avif_and_webp_is_converted_to_a_format_that_holds_it(cdn: Cdn) -> None:
+    """A long page screenshot stored as JPEG only (20x20000): AVIF and WebP hold at most 16384 and 16383 pixels a
+    side, so a browser taking them gets the chain's next format an encoder here writes (PNG), as a missing best format
+    is converted, not 404 because the first conversion failed; with a PNG of its own, that file as it is."""
+    base = f"{ZONE}/v1/banners/tall-page"
+    tall = pyvips.Image.black(20, 20000).new_from_image([30, 120, 200]).cast("uchar").copy(interpretation="srgb")
+    await cdn.upload(f"{base}.jpg", tall.jpegsave_buffer(Q=80))
+    for target in (f"/api/auto?path=/{base}", f"/api/auto/{base}"):
+        resp = await cdn.edge.get(target, headers={"Accept": "image/avif,image/webp,*/*"})
+        assert resp.status == 200, await resp.text()
+        picture = decode(await resp.read())
+        assert resp.headers["Content-Type"] == "image/png" and (picture.width, picture.height) == (20, 20000)
+    png = tall.pngsave_buffer()
+    await cdn.upload(f"{base}.png", png)
+    resp = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/avif,image/webp,*/*"})
+    assert (resp.status, await resp.read()) == (200, png)
