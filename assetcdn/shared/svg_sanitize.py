@@ -11,7 +11,9 @@ imports or points at external url()s. DOCTYPE and ENTITY declarations are refuse
 Filter effects are what makes an SVG expensive to draw: librsvg runs every primitive
 (feGaussianBlur, feMorphology...) over every pixel of its region, so one blur of a large
 canvas takes many seconds (benchmarks/transform_budget_bench.py). A document with more than MAX_FILTER_PRIMITIVES of them is refused;
-`filter_primitives` counts them so a renderer can bound primitives x pixels before drawing.
+`filter_primitives` counts them so a renderer can bound primitives x pixels before drawing (by
+`transform.max_svg_filter_pixels`, MAX_FILTER_WORK by default: the edge's transforms per raster, the
+pipeline over all the rasters of one ingest).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ SVG_NS = "http://www.w3.org/2000/svg"
 XLINK_NS = "http://www.w3.org/1999/xlink"
 MAX_SVG_BYTES = 10 * 1024 * 1024
 MAX_FILTER_PRIMITIVES = 100
+MAX_FILTER_WORK = 8_000_000    # filter primitives x rasterised pixels ([transform] max_svg_filter_pixels' default)
 
 # Prefixes kept on output so a cleaned file still reads as the tools that wrote it intended.
 _NAMESPACES = {

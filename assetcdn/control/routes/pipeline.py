@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from assetcdn.control.app_keys import SETTINGS
 from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.request_body import read_json
 from assetcdn.control.storage.service import GIT, ZONES
@@ -27,7 +28,8 @@ async def run_pipeline(request: web.Request) -> web.Response:
     # The SVG kit (libvips) is loaded by the first pipeline run, not by every control start.
     from assetcdn.control.svg_kit.generate import generate, parse_pipeline_request  # noqa: PLC0415
 
-    pipeline_request = parse_pipeline_request(await read_json(request))
+    max_filter_work = int(request.app[SETTINGS].get("transform", "max_svg_filter_pixels"))
+    pipeline_request = parse_pipeline_request(await read_json(request), max_filter_work)
     name = pipeline_request.name
     git = request.app[GIT]
 

@@ -14,6 +14,9 @@ Files of mode ``client`` (zone N, prefix ``clients/N/v1/``):
 Files of mode ``stock`` (asset S, prefix ``stocks/images/``):
   S.svg, S.png, S.webp, S.avif; icons/S/icon-<s>x<s>.png and icons/S/{180x180,...}.svg (one
   directory per asset, so two stock assets do not overwrite each other's icons); stocks/favicon.svg.
+Filter effects are run over every pixel of every raster: an SVG whose filter primitives x the pixels of all the
+rasters the request asks for pass ``max_filter_work`` (``transform.max_svg_filter_pixels``, the bound of one
+transform on an edge) is refused as ``InvalidSvg`` before any rendering.
 Rendering is CPU-bound and blocking: call ``generate_files`` through ``asyncio.to_thread`` (or
 ``await generate``).
 """
@@ -32,7 +35,7 @@ import pyvips
 from assetcdn.control.svg_kit import render
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import RESERVED_ZONE_NAMES, ZONE_CATEGORIES
-from assetcdn.shared.svg_sanitize import sanitize_svg
+from assetcdn.shared.svg_sanitize import MAX_FILTER_WORK, filter_primitives, sanitize_svg
 
 PipelineMode = Literal["client", "stock"]
 CLIENT_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}[a-z0-9]\Z")  # \Z: "$" passes "name\n"
@@ -66,7 +69,7 @@ def _invalid(code: str, message: str, target: str) -> ApiError:
     return ApiError(400, code, message, target=target)
 
 
-def _decode_svg(value: Any) -> bytes:
+def _decode_svg(value: Any) -> tuple[bytes, tuple[int, int]]:
     if value is None or value == "":
         raise _invalid("MissingSvg", "Missing required field: svg (the SVG, base64-encoded).", "svg")
     if not isinstance(value, str):
@@ -94,15 +97,35 @@ def _decode_svg(value: Any) -> bytes:
     except ValueError as exc:
         raise _invalid("InvalidSvg", str(exc), "svg") from None
     try:
-        render.natural_size(clean)
+        size = render.natural_size(clean)
     except pyvips.Error:
         raise _invalid("InvalidSvg", "The SVG cannot be rendered (check its width, height and viewBox).",
                        "svg") from None
-    return clean
+    return clean, size
 
 
-def parse_pipeline_request(body: Any) -> PipelineRequest:
-    """Validate a POST /api/pipeline body; raises ``ApiError`` 400 with the field as ``target``."""
+def _fitted_pixels(natural: tuple[int, int], box: tuple[int, int]) -> int:
+    """Pixels of the SVG rendered to fit inside `box` (as ``render.render_fit``)."""
+    width, height = max(1, natural[0]), max(1, natural[1])
+    scale = min(box[0] / width, box[1] / height)
+    return max(1, round(width * scale)) * max(1, round(height * scale))
+
+
+def rendered_pixels(mode: PipelineMode, natural: tuple[int, int], icons: bool, banners: bool) -> int:
+    """The pixels ``generate_files`` rasterises the SVG to, over all its rasters."""
+    boxes = [(LOGO_SIZE, LOGO_SIZE)]
+    if icons:
+        boxes += [(size, size) for size in ICON_SIZES]
+    if banners and mode == "client":
+        boxes += [(render.COLOUR_SAMPLE_SIZE, render.COLOUR_SAMPLE_SIZE)]
+        boxes += [(max(1, int(width * render.BANNER_LOGO_WIDTH)), max(1, int(height * render.BANNER_LOGO_HEIGHT)))
+                  for width, height in (BANNER_SIZE, SOCIAL_CARD_SIZE)]
+    return sum(_fitted_pixels(natural, box) for box in boxes)
+
+
+def parse_pipeline_request(body: Any, max_filter_work: int = MAX_FILTER_WORK) -> PipelineRequest:
+    """Validate a POST /api/pipeline body; raises ``ApiError`` 400 with the field as ``target``.
+    `max_filter_work`: ``transform.max_svg_filter_pixels`` (see the module doc)."""
     if not isinstance(body, dict):
         raise _invalid("InvalidBody", "The request body must be a JSON object.", "body")
     mode = body.get("mode")
@@ -124,13 +147,20 @@ def parse_pipeline_request(body: Any) -> PipelineRequest:
         if not isinstance(name, str) or not STOCK_NAME.match(name):
             raise _invalid("InvalidName", f"'{field}' must match ^[a-z0-9][a-z0-9_-]{{0,63}}$ "
                            "(a file name without extension).", field)
-    svg = _decode_svg(body.get("svg"))
+    svg, natural = _decode_svg(body.get("svg"))
     flags: dict[str, bool] = {}
     for key, attribute in FLAGS:
         value = body.get(key, True)
         if not isinstance(value, bool):
             raise _invalid("InvalidBody", f"'{key}' must be true or false.", key)
         flags[attribute] = value
+    primitives = filter_primitives(svg)
+    if primitives:
+        pixels = rendered_pixels(mode, natural, flags["icons"], flags["banners"])
+        if primitives * pixels > max_filter_work:
+            raise _invalid("InvalidSvg", f"The SVG's filter effects ({primitives} primitives) over the {pixels:,} "
+                           f"pixels of its rasters exceed this CDN's limit of {max_filter_work:,} pixel operations. "
+                           "Use fewer filters, or turn off generateIcons or generateBanners.", "svg")
     return PipelineRequest(mode=mode, name=name, svg=svg, **flags)
 
 

@@ -17,6 +17,7 @@ AVIF_QUALITY = 60
 WEBP_QUALITY = 90
 PNG_COMPRESSION = 6
 FALLBACK_COLOUR = (128, 128, 128)
+COLOUR_SAMPLE_SIZE = 64   # dominant_colour renders the logo to fit this square
 # Of a banner or social card, the logo may fill this share of the width and of the height.
 BANNER_LOGO_WIDTH = 0.7
 BANNER_LOGO_HEIGHT = 0.6
@@ -57,7 +58,7 @@ def avif(image: pyvips.Image) -> bytes:
 
 def dominant_colour(svg: bytes) -> tuple[int, int, int]:
     """The most common colour of the logo's opaque pixels (4 bits per channel buckets, averaged)."""
-    pixels = render_fit(svg, 64, 64).numpy().reshape(-1, 4)
+    pixels = render_fit(svg, COLOUR_SAMPLE_SIZE, COLOUR_SAMPLE_SIZE).numpy().reshape(-1, 4)
     opaque = pixels[pixels[:, 3] >= 128][:, :3].astype(np.int64)
     if len(opaque) == 0:
         return FALLBACK_COLOUR

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from assetcdn.shared.svg_sanitize import MAX_FILTER_WORK
+
 # Default pixel budget for callers that do not pass one (imgproxy's default is 50 MP as well).
 DEFAULT_MAX_PIXELS = 50_000_000
 
@@ -32,7 +34,7 @@ class TransformLimits:
     time_budget_s: float = 10.0
     max_animation_frames: int = 500             # frames an animated output may be made from
     max_animation_pixels: int = 50_000_000      # width x height x frames of an animated source (Cloudflare's bound)
-    max_svg_filter_pixels: int = 8_000_000      # rasterised pixels x filter primitives of an SVG
+    max_svg_filter_pixels: int = MAX_FILTER_WORK  # rasterised pixels x filter primitives of an SVG
 
     @classmethod
     def from_settings(cls, transform: Mapping[str, Any]) -> TransformLimits:

@@ -140,6 +140,33 @@ async def test_bad_input_is_400_and_commits_nothing(control: TestClient, data_di
     assert repo_files(data_dir, "clients/newbrand/") == {}
 
 
+def blurred(filters: int) -> bytes:
+    """LOGO_SVG with `filters` Gaussian blurs over its whole canvas."""
+    defs = "".join(f'<filter id="b{i}"><feGaussianBlur stdDeviation="20"/></filter>' for i in range(filters))
+    uses = "".join(f'<rect width="200" height="100" fill="#336699" filter="url(#b{i})"/>' for i in range(filters))
+    return LOGO_SVG.replace(b"</svg>", f"<defs>{defs}</defs>{uses}</svg>".encode())
+
+
+async def test_filter_work_over_the_transforms_bound_is_400_before_any_rendering(control: TestClient,
+                                                                                data_dir: Path) -> None:
+    # Every raster of the ingest runs each filter primitive over its pixels: 10 blurs over the ~0.9 MP of a 2:1
+    # logo's files are ~8.9 million pixel operations, past the transforms' bound (transform.max_svg_filter_pixels).
+    head = head_commit(data_dir)
+    resp = await control.post("/api/pipeline", json={"mode": "client", "name": "newbrand", "svg": b64(blurred(10))},
+                              headers=ACCOUNT)
+    error = await expect_error(resp, 400, "InvalidSvg")
+    assert error["error"]["target"] == "svg" and "8,000,000" in error["Message"]
+    assert head_commit(data_dir) == head and repo_files(data_dir, "clients/newbrand/") == {}
+    # The same drawing with fewer rasters (no icons, banners) or fewer filters is within the bound.
+    resp = await control.post("/api/pipeline", json={"mode": "client", "name": "newbrand", "svg": b64(blurred(10)),
+                                                      "generateIcons": False, "generateBanners": False},
+                              headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    resp = await control.post("/api/pipeline", json={"mode": "stock", "stockName": "soft", "svg": b64(blurred(2))},
+                              headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+
+
 async def test_invalid_json_and_oversize_bodies(control: TestClient, data_dir: Path) -> None:
     head = head_commit(data_dir)
     await expect_error(await control.post("/api/pipeline", data=b"{", headers=ACCOUNT), 400, "InvalidJson")
