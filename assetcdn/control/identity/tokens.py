@@ -108,6 +108,9 @@ def parse_token_request(body: Any, *, now: datetime | None = None) -> TokenReque
         raise bad_request(f"Unknown scopes: {', '.join(unknown)}. Allowed: {', '.join(SCOPES)}.",
                           target="scopes", code="InvalidScopes", invalid=unknown)
     expires_at: datetime | None
+    if body.get("expiresAt") is not None and body.get("expiresInDays") is not None:
+        raise bad_request("Send 'expiresAt' or 'expiresInDays', not both: they can name different expiry dates.",
+                          target="expiresInDays")
     if body.get("expiresAt") is not None:
         expires_at = parse_expires_at(body["expiresAt"], now)
     elif body.get("expiresInDays") is not None:

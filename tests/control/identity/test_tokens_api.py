@@ -139,6 +139,20 @@ async def test_token_with_future_expiry_works(control: TestClient) -> None:
     assert parse_time(body["expiresAt"]) > datetime.now(UTC) + timedelta(days=2)
 
 
+async def test_expires_at_and_expires_in_days_together_are_400_not_one_silently(control: TestClient) -> None:
+    future = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+    resp = await control.post("/api/tokens", json={"name": "ci", "scopes": ["assets:read"], "expiresAt": future,
+                                                   "expiresInDays": 30}, headers=ACCOUNT)
+    body = await expect_error(resp, 400, "InvalidParameter")
+    assert body["error"]["target"] == "expiresInDays" and "expiresAt" in body["Message"]
+    assert (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Count"] == 0
+    # Either one alone, or the other sent as null, is as before.
+    body = await mint(control, ["assets:read"], expiresAt=None, expiresInDays=3)
+    assert parse_time(body["expiresAt"]) > datetime.now(UTC) + timedelta(days=2)
+    body = await mint(control, ["assets:read"], expiresAt=future, expiresInDays=None)
+    assert parse_time(body["expiresAt"]) < datetime.now(UTC) + timedelta(days=3)
+
+
 @pytest.mark.parametrize("secret", ["cdnsk_" + "0" * 40, "cdnsk_short", "not-a-token", ""])
 async def test_unknown_or_malformed_tokens_are_401(control: TestClient, secret: str) -> None:
     await expect_error(await control.get("/api/assets", headers=bearer(secret)), 401, "Unauthorized")
