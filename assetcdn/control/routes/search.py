@@ -4,7 +4,8 @@ Errors use the legacy envelope (``{"error": "<text>", ...}``), as the API refere
 100 valid requests a minute per client IP by default (``[search] rate_limit_per_minute``). A query is
 at most 200 characters and 24 words (400 past them); when the search threads are busy and a few
 queries already wait, 503 with Retry-After at once (assetcdn/control/search/engine.py). Neither a 400
-nor a query left unanswered (503, 500) takes a slot of the client's minute.
+nor a query left unanswered (503, 500) takes a slot of the client's minute. Any origin may read the answer and
+its errors (assetcdn/shared/cors.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from assetcdn.control.identity.rate_limit import client_key, rate_headers
 from assetcdn.control.records.client_ip import request_ip
 from assetcdn.control.search.engine import SearchBusy, query_problem
 from assetcdn.control.search.service import SEARCH, SEARCH_LIMITER
+from assetcdn.shared.cors import PUBLIC_READ, cross_origin
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.middleware import json_response
 
@@ -35,7 +37,7 @@ def parse_limit(raw: str | None) -> int:
         return DEFAULT_LIMIT
 
 
-async def search(request: web.Request) -> web.Response:
+async def _search(request: web.Request) -> web.StreamResponse:
     query = request.query.get("q", "")
     problem = query_problem(query)
     if problem is not None:  # refused before it is counted: a 400 takes no slot of the client's minute
@@ -59,4 +61,8 @@ async def search(request: web.Request) -> web.Response:
     results = [hit.to_json() for hit in answer.hits]
     max_age = int(request.app[SETTINGS].get("search", "cache_ttl_s"))
     return json_response({"results": results, "query": query, "count": len(results), "mode": answer.mode},
-                         headers={"Cache-Control": f"public, max-age={max_age}", **rate_headers(decision)})
+                         headers={"Cache-Control": f"public, max-age={max_age}", **rate_headers(decision),
+                                  **PUBLIC_READ})
+
+
+search = cross_origin(_search)   # public: a page on another origin reads the results and the errors

@@ -6,7 +6,7 @@ Retry-After past it). The JSON answer is
 kept in the edge cache for 24 h under the source's content id and tags (a purge or an
 overwrite of the source drops it), looked up, made and answered by the serve sequence (assetcdn/edge/states/serve.py)
 like every delivery route (503 when control is needed and unreachable, the retry, the bytes-served count); the
-answer is JSON built from the cached body. A url naming a pull zone's image takes the pull zone's variant
+answer is JSON built from the cached body. Any origin may read it, errors too (assetcdn/shared/cors.py). A url naming a pull zone's image takes the pull zone's variant
 sequence (assetcdn/edge/states/pull_variant.py): kept while its source is, answered with at most the source's
 remaining freshness (and at most 24 h). Standard error envelope (assetcdn/shared/errors.py).
 """
@@ -33,6 +33,7 @@ from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import Variant, blurhash_variant, lqip_variant
 from assetcdn.edge.transform.options import AssetUrlError, check_stored_source
 from assetcdn.edge.transform.placeholder_params import PlaceholderParams, parse_placeholder_params
+from assetcdn.shared.cors import PUBLIC_READ, cross_origin
 from assetcdn.shared.counter_store import Limit
 from assetcdn.shared.errors import ApiError, LegacyError
 from assetcdn.shared.limits import placeholders_per_client
@@ -70,7 +71,7 @@ def _policy(answer: Answer) -> ServePolicy:
     def respond(obj: CachedObject, status: str) -> web.Response:
         return json_response(answer(orjson.loads(_body(obj)), status))
 
-    return ServePolicy(CACHE_CONTROL, REFUSALS, answer=respond)
+    return ServePolicy(CACHE_CONTROL, REFUSALS, answer=respond, headers=PUBLIC_READ)
 
 
 async def _placeholder(request: web.Request, kind: str, params: PlaceholderParams, answer: Answer,
@@ -118,16 +119,20 @@ def _body(obj: CachedObject) -> bytes:
     return obj.body if obj.body is not None else obj.read_range(0, obj.size)
 
 
-async def lqip(request: web.Request) -> web.StreamResponse:
+async def _lqip(request: web.Request) -> web.StreamResponse:
     params = parse_placeholder_params(request.query, with_blur=True)
     return await _placeholder(request, "lqip", params, lambda body, _status: body,
                               lqip_variant, params.size, params.blur or 0)
 
 
-async def blurhash(request: web.Request) -> web.StreamResponse:
+async def _blurhash(request: web.Request) -> web.StreamResponse:
     params = parse_placeholder_params(request.query, with_blur=False)
 
     def answer(body: dict[str, Any], status: str) -> dict[str, Any]:
         return {"url": "/" + params.url, **body, "source": "fresh" if status == "MISS" else "cached"}
 
     return await _placeholder(request, "blurhash", params, answer, blurhash_variant, params.size)
+
+
+# Made for pages, which fetch() them from another origin: readable there, errors too (assetcdn/shared/cors.py).
+lqip, blurhash = cross_origin(_lqip), cross_origin(_blurhash)

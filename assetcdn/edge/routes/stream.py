@@ -16,7 +16,8 @@ from assetcdn.edge.states.fetch import OriginUnavailable, source_bytes
 from assetcdn.edge.states.keys import playlist_key, segment_key
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Built, ByteRange
-from assetcdn.shared.errors import ApiError, LegacyError
+from assetcdn.shared.cors import PUBLIC_READ, cross_origin
+from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.hls import (
     PLAYLIST_CACHE_CONTROL,
     PLAYLIST_CONTENT_TYPE,
@@ -31,7 +32,7 @@ from assetcdn.shared.hls import (
 )
 from assetcdn.shared.manifest import ManifestEntry
 
-CORS = {"Access-Control-Allow-Origin": "*", "Access-Control-Expose-Headers": "Content-Range, Content-Length"}
+CORS = {**PUBLIC_READ, "Access-Control-Expose-Headers": "Content-Range, Content-Length"}
 REFUSALS = Refusals(
     source=lambda exc: LegacyError(exc.status, VIDEO_NOT_FOUND if exc.status == 404 else exc.message,
                                    headers=exc.headers),
@@ -65,15 +66,6 @@ def _playlist(video: str, quality: int | None, version: str, index_json: bytes) 
     return text.encode()
 
 
-async def stream(request: web.Request) -> web.StreamResponse:
-    try:
-        return await _stream(request)
-    except (LegacyError, ApiError) as exc:
-        # CORS on the errors too: a player on another origin reads the 404, not a blocked response.
-        exc.headers = {**exc.headers, **CORS}
-        raise
-
-
 async def _stream(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     wanted = parse_stream_query(request.query)
@@ -94,6 +86,10 @@ async def _stream(request: web.Request) -> web.StreamResponse:
     part = ByteRange(segment_key(entry.blob_id, segment.index), segment.offset, segment.length,
                      SEGMENT_CONTENT_TYPE, strong_etag(f"{entry.sha256[:40]}-{segment.index}"))
     return await serve(request, entry, part, SEGMENT_POLICY)
+
+
+# CORS on the errors too: a player on another origin reads the 404, not a blocked response.
+stream = cross_origin(_stream, CORS)
 
 
 async def preflight(request: web.Request) -> web.Response:

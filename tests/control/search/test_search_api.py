@@ -87,6 +87,7 @@ async def test_a_repeated_query_is_answered_from_the_cache(control: TestClient) 
     resp = await control.get("/api/search", params={"q": "red sports car"})
     second = await resp.json()
     assert resp.headers["Cache-Control"] == "public, max-age=60"
+    assert resp.headers["Access-Control-Allow-Origin"] == "*"   # public: a page on another origin may read it
     assert second["mode"] == "cached" and second["results"] == first["results"]
     assert second["query"] == "red sports car"
     # A catalog change is seen at once, not after 60 s.
@@ -174,6 +175,7 @@ async def test_requests_beyond_the_per_ip_limit_are_429(make_control: MakeContro
     assert "3 searches a minute" in body["Message"]
     assert resp.headers["X-RateLimit-Limit"] == "3" and resp.headers["X-RateLimit-Remaining"] == "0"
     assert 1 <= int(resp.headers["Retry-After"]) <= 60
+    assert resp.headers["Access-Control-Allow-Origin"] == "*"   # a page on another origin reads the 429 too
     # Counted per client: another address, forwarded by an edge, has its own window.
     other = await client.get("/api/search", params={"q": "logo"}, headers=forwarded_for("203.0.113.9"))
     assert other.status == 200

@@ -113,6 +113,25 @@ async def test_placeholder_errors_use_the_standard_envelope(shared_cdn: Cdn) -> 
         assert body["HttpCode"] == status and body["Message"] == body["error"]["message"]
 
 
+@SHARED
+async def test_a_page_on_another_origin_can_read_placeholders_and_search_errors_too(shared_cdn: Cdn) -> None:
+    # Placeholders are made for pages, which fetch() them: without Access-Control-Allow-Origin a page on another
+    # origin gets a network error, not the JSON (nor the error). Nothing here depends on a key or a cookie.
+    cdn, photo = shared_cdn, f"{ZONE}/v1/banners/cross-origin.jpg"
+    await cdn.upload(photo, photo_jpeg(64, 40))
+    page = {"Origin": "https://shop.example"}
+    for url, status in ((f"/api/lqip?url=/{photo}", 200), (f"/api/lqip?url=/{photo}", 200),   # made, then a hit
+                        (f"/api/blurhash?url=/{photo}", 200), ("/api/search?q=banner", 200),
+                        ("/api/lqip", 400), (f"/api/blurhash?url=/{ZONE}/v1/banners/none.png", 404),
+                        (f"/api/lqip?url=/{photo}&size=7", 400), ("/api/search?q=", 400)):
+        resp = await cdn.edge.get(url, headers=page)
+        assert resp.status == status, (url, await resp.text())
+        assert resp.headers.get("Access-Control-Allow-Origin") == "*", url
+    # Never anything behind a key: the edge's answers for control's managed routes carry no CORS.
+    resp = await cdn.edge.get("/api/core/zones", headers=page)
+    assert resp.status == 401 and "Access-Control-Allow-Origin" not in resp.headers
+
+
 def _bytes_served(metrics: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                if line.startswith("assetcdn_bytes_served_total{") and 'process="edge"' in line)

@@ -1,0 +1,35 @@
+"""Cross-origin reads of the public GET endpoints a web page fetches: `Access-Control-Allow-Origin: *`.
+
+Given to `/api/stream` (a player on another origin), `/api/lqip` and `/api/blurhash` (placeholders made for
+pages) and `/api/search` (public), on their errors too, so a page reads the 4xx instead of a blocked response.
+Never to a route behind a key, a token or a session: `*` lets any page read the answer, and a browser sends no
+cookies with it (docs/security.md, Cross-origin reads).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping
+
+from aiohttp import web
+
+from assetcdn.shared.errors import ApiError, LegacyError
+
+PUBLIC_READ: Mapping[str, str] = {"Access-Control-Allow-Origin": "*"}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def cross_origin(handler: Handler, headers: Mapping[str, str] = PUBLIC_READ) -> Handler:
+    """`handler` with `headers` on the errors it raises; its answers carry them on their own (a delivery's
+    ServePolicy headers), as an answer may have been sent before the handler returns."""
+
+    @functools.wraps(handler)
+    async def answer(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except (LegacyError, ApiError) as exc:
+            exc.headers = {**exc.headers, **headers}
+            raise
+
+    return answer
