@@ -54,8 +54,10 @@ from assetcdn.edge.transform.options.format import is_side_too_long
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.manifest import ManifestEntry
 from assetcdn.shared.paths import InvalidPath, check_pull_path, parse_cdn_path
+from assetcdn.shared.query_params import repeated
 
 NOT_FOUND = "No suitable format found for the given path"
+READ_PARAMS = frozenset(("path", "anim"))   # each at most once (assetcdn/shared/query_params.py)
 INVALID_PATH = "Invalid path: contains disallowed sequences."
 REFUSALS = replace(LEGACY_REFUSALS, source=lambda exc: LegacyError(
     exc.status, NOT_FOUND if exc.status == 404 else exc.message, headers=exc.headers))
@@ -176,6 +178,9 @@ async def answer(request: web.Request, base: str, chain: list[str], headers: dic
 
 
 async def auto_query(request: web.Request) -> web.StreamResponse:
+    twice = repeated(request.query, READ_PARAMS)
+    if twice is not None:
+        raise LegacyError(400, f"Parameter '{twice}' is given more than once; give it once.")
     base = parse_base(request.query.get("path"))
     accept = request.headers.get("Accept")
     save_data = request.headers.get("Save-Data")

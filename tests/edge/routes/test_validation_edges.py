@@ -35,3 +35,29 @@ async def test_placeholder_numbers_are_ascii_digits_only(make_cdn: CdnFactory) -
     for query in ("size=%C2%B2", "blur=%C2%B9", "size=1%C2%B2"):
         resp = await cdn.edge.get(f"/api/lqip?url=/{IMAGE}&{query}")
         await expect_error(resp, 400, "InvalidParameter")
+
+
+async def test_image_numbers_are_digits_alone_and_read_parameters_come_once(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(IMAGE, solid_png(64, 32, (200, 20, 20)))
+    # `+` in a query is a space: w=+5 and w=%205 are " 5", and %2B5 is "+5"; none is the number the reference
+    # documents (digits), and each made a variant of its own URL, cached a year.
+    for number in ("+5", "%205", "5%20", "%2B5"):
+        resp = await cdn.edge.get(f"/api/transform?url=/{IMAGE}&w={number}")
+        body = await resp.json()
+        assert resp.status == 400 and "Invalid parameter 'w'" in body["error"], (number, body)
+        await expect_error(await cdn.edge.get(f"/api/lqip?url=/{IMAGE}&size={number}"), 400, "InvalidParameter")
+    # A parameter given twice is ambiguous: the first one was taken, silently.
+    for query in (f"url=/{IMAGE}&w=5&w=6", f"url=/{IMAGE}&url=/{ZONE}/v1/banners/other.png&w=5",
+                  f"url=/{IMAGE}&w=5&format=png&format=webp"):
+        resp = await cdn.edge.get(f"/api/transform?{query}")
+        body = await resp.json()
+        assert resp.status == 400 and "more than once" in body["error"], (query, body)
+    resp = await cdn.edge.get(f"/api/lqip?url=/{IMAGE}&size=16&size=32")
+    assert (await expect_error(resp, 400, "InvalidParameter"))["error"]["target"] == "size"
+    resp = await cdn.edge.get(f"/api/auto?path=/{ZONE}/v1/banners/red&path=/{ZONE}/v1/banners/blue")
+    assert resp.status == 400 and "more than once" in (await resp.json())["error"]
+    # The documented forms answer as before, and a parameter the endpoint does not read may repeat (a cache buster).
+    assert (await cdn.edge.get(f"/api/transform?url=/{IMAGE}&w=05&v=1&v=2")).status == 200
+    assert (await cdn.edge.get(f"/api/lqip?url=/{IMAGE}&size=&v=1&v=2")).status == 200
+    assert (await cdn.edge.get(f"/api/auto?path=/{ZONE}/v1/banners/red&v=1&v=2")).status == 200

@@ -79,7 +79,7 @@ def test_format_jpg_is_an_alias_of_jpeg() -> None:
 @pytest.mark.parametrize(("name", "low", "high"), [
     ("w", 1, 8192), ("h", 1, 8192), ("q", 1, 100), ("blur", 1, 250), ("sharpen", 1, 10),
 ])
-@pytest.mark.parametrize("bad", ["0", "-1", "abc", "1.5", "", " ", "1e3", "0x10", "99999999"])
+@pytest.mark.parametrize("bad", ["0", "-1", "abc", "1.5", "", " ", "1e3", "0x10", "99999999", "+5", " 5", "5 ", "²"])
 def test_integer_parameters_out_of_range_or_not_integers(name: str, low: int, high: int, bad: str) -> None:
     error = _error({"url": URL, name: bad})
     assert error.error == f"Invalid parameter '{name}': '{bad}'. Must be an integer from {low} to {high}."

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 
 from assetcdn.edge.negotiate import best_transform_format
 from assetcdn.edge.states.keys import transform_key
-from assetcdn.edge.transform.options.base import TransformOption, bad_parameter
+from assetcdn.edge.transform.options.base import TransformOption, bad_parameter, given_twice
 from assetcdn.edge.transform.options.blur import BLUR
 from assetcdn.edge.transform.options.format import FORMAT
 from assetcdn.edge.transform.options.quality import QUALITY
@@ -28,6 +28,7 @@ from assetcdn.edge.transform.options.sharpen import SHARPEN
 from assetcdn.edge.transform.options.trim import TRIM
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.paths import InvalidPath, check_pull_path, parse_cdn_path
+from assetcdn.shared.query_params import repeated
 
 # Every option, in the order their parameters are validated and their steps run (between the
 # pipeline's decode and encode). An option whose steps change the image's shape before the resize
@@ -52,6 +53,8 @@ KEY_ORDER: tuple[TransformOption[Any], ...] = (
     BLUR,
     SHARPEN,
 )
+# What /api/transform reads from its query: each at most once (assetcdn/shared/query_params.py).
+READ_PARAMS = frozenset(("url", *(param for option in OPTIONS for param in option.params)))
 
 T = TypeVar("T")
 MAX_URL_LENGTH = 2048
@@ -135,7 +138,11 @@ class TransformOptions:
 
 
 def parse_transform_options(query: Mapping[str, str]) -> TransformOptions:
-    """Validate `/api/transform`'s query; LegacyError(400) naming the parameter on any bad value."""
+    """Validate `/api/transform`'s query; LegacyError(400) naming the parameter on any bad value, or on one it
+    reads given more than once."""
+    twice = repeated(query, READ_PARAMS)
+    if twice is not None:
+        raise given_twice(twice)
     try:
         url = parse_source_url(query.get("url"))
     except AssetUrlError as exc:

@@ -10,7 +10,6 @@ follow `KEY_ORDER` there, which never changes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -26,7 +25,7 @@ Size = tuple[int, int]
 Step = Callable[["TransformContext"], None]
 Query = Mapping[str, str]
 
-_INTEGER = re.compile(r"^\+?[0-9]{1,6}\Z")
+MAX_DIGITS = 6   # an integer parameter's digits (leading zeros included); more is refused unread
 
 
 def _no_key(_value: object, _output_format: str) -> str:
@@ -71,15 +70,19 @@ def bad_parameter(message: str) -> LegacyError:
     return LegacyError(400, message)
 
 
+def given_twice(name: str) -> LegacyError:
+    return bad_parameter(f"Parameter '{name}' is given more than once; give it once.")
+
+
 def int_param(query: Query, name: str, low: int, high: int) -> int | None:
     """An integer parameter within [low, high]; None when absent."""
     raw = query.get(name)
     if raw is None:
         return None
-    text = raw.strip()
-    if not _INTEGER.match(text) or not low <= int(text) <= high:
+    # Digits alone: not " 5" (w=+5 or w=%205 in the URL), nor "+5"; each would be a variant URL of its own.
+    if not (len(raw) <= MAX_DIGITS and raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
         raise bad_parameter(f"Invalid parameter '{name}': '{raw}'. Must be an integer from {low} to {high}.")
-    return int(text)
+    return int(raw)
 
 
 def enum_param(query: Query, name: str, allowed: tuple[str, ...]) -> str | None:
