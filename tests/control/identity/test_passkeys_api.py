@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from assetcdn.control.identity.passkeys.ceremony import AUTHENTICATE
 from assetcdn.control.identity.passkeys.store import (
     MAX_LIVE_CHALLENGES,
     MAX_LIVE_CHALLENGES_PER_CLIENT,
@@ -349,12 +350,16 @@ class TestManagement:
 
     async def test_many_addresses_filling_the_cap_lock_no_one_out(self, control: TestClient, session: str) -> None:
         authenticator = await registered(control, session)
+        challenges = control.app[PASSKEYS].challenges
         mine = await begin_from(control, "192.0.2.200")  # a ceremony in progress before the flood
+        # The flood's challenges go to the store itself, as auth/begin issues them (the tests above hold the
+        # forwarded addresses behind begin_from): 1,020 calls over HTTP last as long as the machine's load makes
+        # them, and past 5 minutes `mine` (and the flood's first) expired under them, as the store should.
         flooders = MAX_LIVE_CHALLENGES // MAX_LIVE_CHALLENGES_PER_CLIENT + 1
         for n in range(flooders):  # every flooding address takes its whole share: more than the cap
             for _ in range(MAX_LIVE_CHALLENGES_PER_CLIENT):
-                await begin_from(control, f"198.51.100.{n}")
-        assert len(control.app[PASSKEYS].challenges) == MAX_LIVE_CHALLENGES
+                challenges.issue(AUTHENTICATE, f"198.51.100.{n}")
+        assert len(challenges) == MAX_LIVE_CHALLENGES
         late = await begin_from(control, "192.0.2.201")  # a newcomer is still served
         assert (await passkey_login(control, authenticator, mine)).status == 200
         assert (await passkey_login(control, authenticator, late)).status == 200
