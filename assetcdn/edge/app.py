@@ -47,6 +47,7 @@ from assetcdn.edge.tls import policy
 from assetcdn.shared import deliveries
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
+from assetcdn.shared.cors import cross_origin
 from assetcdn.shared.counter_store import counters_from_settings
 from assetcdn.shared.host_url import host_url
 from assetcdn.shared.http_server import client_keepalive_s
@@ -96,6 +97,9 @@ PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     *EDGE_API_ROUTES,
     # Another method on those paths is 405 naming theirs (control, which has no such path, would answer 404).
     *(web.route("*", path, no_such_method) for path in dict.fromkeys(route.path for route in EDGE_API_ROUTES)),
+    # Public, and readable from any origin as control answers it: the edge's own refusals too (503 while control is
+    # unreachable). Its other methods go on to control, which answers 405.
+    web.route("GET", "/api/search", cross_origin(forward_to_control)),
     web.route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
     web.route("*", "/dashboard", forward_to_control),
     web.route("*", r"/dashboard/{tail:[\s\S]*}", forward_to_control),

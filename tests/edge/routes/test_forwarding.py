@@ -129,3 +129,18 @@ async def test_a_forwarded_probe_that_control_answers_503_itself_closes_the_brea
     resp = await zones(cdn)
     assert resp.status == 200, await resp.text()
     assert control.breaker.state == CLOSED
+
+
+async def test_a_page_on_another_origin_reads_the_edges_own_refusal_of_a_public_search(make_cdn: CdnFactory) -> None:
+    """/api/search is public and readable from any origin (assetcdn/shared/cors.py); the 503 the edge answers itself
+    while control is unreachable went without Access-Control-Allow-Origin, so a page saw a network error."""
+    cdn = await make_cdn(**QUIET)
+    tripped(cdn)
+    page = {"Origin": "https://shop.example"}
+    resp = await cdn.edge.get("/api/search?q=logo", headers=page)
+    body = await resp.json()  # search's legacy envelope: `error` is the message
+    assert (resp.status, body["HttpCode"]) == (503, 503) and "cannot be reached" in body["error"], body
+    assert resp.headers.get("Access-Control-Allow-Origin") == "*"
+    resp = await cdn.edge.get("/api/core/zones", headers={**ACCOUNT, **page})  # behind a key: no CORS
+    await expect_error(resp, 503, "ControlUnreachable")
+    assert "Access-Control-Allow-Origin" not in resp.headers
