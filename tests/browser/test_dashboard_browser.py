@@ -752,3 +752,14 @@ async def test_a_private_svg_is_previewed(site: Site, browser: DashboardBrowser)
     assert await page.js("document.getElementById('preview-image').naturalWidth") == 40
     assert await page.js(f"{thumb}.tagName === 'IMG' && {thumb}.naturalWidth") == 40
     assert page.problems == []
+
+
+async def test_webhooks_view_states_the_retry_delays_control_uses(site: Site, browser: DashboardBrowser) -> None:
+    """The Webhooks view said failed deliveries are retried after 1, 5, 25 and 125 s whatever `[webhooks]
+    retry_delays_s` was; it states the delays of the running control (the fixture's 0.1, 0.1)."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "webhooks", "!!document.querySelector('#webhook-retries')?.textContent")
+    assert await page.text("#webhook-retries") == \
+        "Failed deliveries are retried after 0.1 and 0.1 s, then kept as dead letters."
+    assert page.problems == []

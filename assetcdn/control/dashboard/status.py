@@ -4,7 +4,8 @@ What `GET /api/health?deep=1` says only to holders of the metrics key, for a sig
 the AccountKey), without internal addresses: control's checks (always deep), its manifest generation
 and commit, and per edge node each worker's generation, lag behind control (in generations), when
 it was last seen, how long its last push took to be acknowledged and when that was. Also what the
-page needs to know about where it runs (public URL, passkey relying party).
+page needs to know about where it runs (public URL, passkey relying party) and how this control is
+configured where a view says so (the webhooks' retry delays).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from assetcdn.control.app_keys import DASHBOARD, public_url
 from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.control.routes.health import control_checks
 from assetcdn.control.storage.service import MANIFEST
+from assetcdn.control.webhooks.service import WEBHOOK_SETTINGS
 from assetcdn.shared import API_VERSION
 from assetcdn.shared.timestamps import from_unix, utc_now_iso
 
@@ -66,6 +68,7 @@ async def status_report(app: web.Application) -> dict[str, Any]:
         "edges": {"total": len(nodes), "alive": sum(1 for n in nodes if n["alive"]),
                   "maxLag": max((n["lag"] for n in nodes), default=0), "nodes": nodes},
         "dashboard": {"publicUrl": public_url(app), "passkeyRpId": config.rp_id,
-                      "passkeyOrigins": list(config.passkey_origins)},
+                      "passkeyOrigins": list(config.passkey_origins),
+                      "webhookRetryDelaysS": list(app[WEBHOOK_SETTINGS].retry_delays_s)},
         "DateFetched": utc_now_iso(),
     }

@@ -1,12 +1,21 @@
 // Webhooks: register (the signing secret is shown once), delete, and per webhook its recent
 // deliveries and dead letters, which can be replayed.
-import { del, get, post } from "../api.js";
+import { del, get, post, status } from "../api.js";
 import { ago, badge, card, clear, confirmDanger, copyText, dialog, empty, formatDate, h, toast } from "../ui.js";
 
 export const title = "Webhooks";
 
 const EVENTS = ["asset.created", "asset.updated", "asset.deleted", "zone.created", "zone.deleted", "purge.completed",
                 "pipeline.completed", "rules.updated"];
+
+/** What happens to a failed delivery, from `[webhooks] retry_delays_s` of the running control. */
+function retryNote(delays) {
+  if (!Array.isArray(delays)) return "Failed deliveries are retried, then kept as dead letters.";
+  if (!delays.length) return "Failed deliveries are not retried: they are kept as dead letters.";
+  const listed = delays.length === 1 ? String(delays[0])
+    : `${delays.slice(0, -1).join(", ")} and ${delays[delays.length - 1]}`;
+  return `Failed deliveries are retried after ${listed} s, then kept as dead letters.`;
+}
 
 function stateBadge(state) {
   return badge(state, state === "delivered" ? "ok" : state === "dead" ? "bad" : "warn");
@@ -21,6 +30,7 @@ export async function render(container, { rest }) {
       error.status === 404 ? "This control plane has no webhooks API." : error.message)));
     return undefined;
   }
+  const delays = await status().then((report) => report.dashboard.webhookRetryDelaysS, () => null);
   let selected = rest[0] || (hooks[0] && hooks[0].id) || null;
   const url = h("input#webhook-url", { type: "url", placeholder: "https://hooks.example.com/assetcdn", autocomplete: "off", "aria-label": "URL" });
   const events = h("div.checks#webhook-events", null, EVENTS.map((e) =>
@@ -32,7 +42,8 @@ export async function render(container, { rest }) {
   const list = h("div.table-wrap#webhook-list");
   const detail = h("div#webhook-detail", { style: "display: flex; flex-direction: column; gap: 18px" });
   container.append(card("New webhook", null, h("p.muted.small", null,
-    "Each event is POSTed as {event, timestamp, data} with X-Webhook-Signature: sha256=<HMAC of the body>. Failed deliveries are retried after 1, 5, 25 and 125 s, then kept as dead letters."), form),
+    "Each event is POSTed as {event, timestamp, data} with X-Webhook-Signature: sha256=<HMAC of the body>. ",
+    h("span#webhook-retries", null, retryNote(delays))), form),
   card("Registered webhooks", null, list), detail);
 
   async function load() {
