@@ -763,3 +763,19 @@ async def test_webhooks_view_states_the_retry_delays_control_uses(site: Site, br
     assert await page.text("#webhook-retries") == \
         "Failed deliveries are retried after 0.1 and 0.1 s, then kept as dead letters."
     assert page.problems == []
+
+
+async def test_tokens_form_offers_only_scopes_a_session_may_grant(site: Site, browser: DashboardBrowser) -> None:
+    """The tokens form offered pipeline:write and ai:read, which a session may not grant (403 ScopeNotGrantable
+    after the form was filled); they are shown but cannot be chosen, and say that the AccountKey mints them."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "tokens", "!!document.querySelector('#token-list .empty')")
+    offered = await page.js("Object.fromEntries([...document.querySelectorAll('#token-scopes input')]"
+                            ".map(i => [i.value, !i.disabled]))")
+    assert offered == {"storage:read": True, "storage:write": True, "assets:read": True, "insights:read": True,
+                       "zones:read": True, "zones:write": True, "purge:write": True, "pipeline:write": False,
+                       "webhooks:read": True, "webhooks:write": True, "ai:read": False}
+    assert "AccountKey" in await page.js("document.querySelector(`#token-scopes input[value='ai:read']`)"
+                                         ".closest('label').title")
+    assert page.problems == []

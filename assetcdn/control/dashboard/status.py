@@ -5,7 +5,7 @@ the AccountKey), without internal addresses: control's checks (always deep), its
 and commit, and per edge node each worker's generation, lag behind control (in generations), when
 it was last seen, how long its last push took to be acknowledged and when that was. Also what the
 page needs to know about where it runs (public URL, passkey relying party) and how this control is
-configured where a view says so (the webhooks' retry delays).
+configured where a view says so (the webhooks' retry delays, the scopes a session may put on a token).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from assetcdn.control.app_keys import DASHBOARD, public_url
+from assetcdn.control.identity.service import SESSION_SCOPES
 from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.control.routes.health import control_checks
 from assetcdn.control.storage.service import MANIFEST
@@ -69,6 +70,7 @@ async def status_report(app: web.Application) -> dict[str, Any]:
                   "maxLag": max((n["lag"] for n in nodes), default=0), "nodes": nodes},
         "dashboard": {"publicUrl": public_url(app), "passkeyRpId": config.rp_id,
                       "passkeyOrigins": list(config.passkey_origins),
-                      "webhookRetryDelaysS": list(app[WEBHOOK_SETTINGS].retry_delays_s)},
+                      "webhookRetryDelaysS": list(app[WEBHOOK_SETTINGS].retry_delays_s),
+                      "grantableScopes": sorted(app[SESSION_SCOPES])},
         "DateFetched": utc_now_iso(),
     }

@@ -1,5 +1,5 @@
 // API tokens: mint with scopes (the secret is shown once), list, revoke.
-import { del, get, post } from "../api.js";
+import { del, get, post, status } from "../api.js";
 import { ago, badge, card, clear, confirmDanger, copyText, dialog, empty, formatDate, h, toast } from "../ui.js";
 
 export const title = "API tokens";
@@ -12,10 +12,16 @@ const SCOPES = [
 ];
 
 export async function render(container) {
+  // A session mints tokens only with the scopes it may use itself (403 ScopeNotGrantable): the others are shown, not
+  // offered. Unknown (an older control, or the status not read): every scope is offered, and the API decides.
+  const grantable = await status().then((report) => report.dashboard.grantableScopes, () => null);
+  const mayGrant = (scope) => !Array.isArray(grantable) || grantable.includes(scope);
   const name = h("input#token-name", { type: "text", placeholder: "e.g. ci-uploads", maxLength: 100, autocomplete: "off" });
   const expiry = h("select#token-expiry", null, [7, 30, 90, 365].map((d) => h("option", { value: d, defaultSelected: d === 90 }, `${d} days`)));
-  const scopes = h("div.checks#token-scopes", null, SCOPES.map(([scope, label]) =>
-    h("label", { title: label }, h("input", { type: "checkbox", value: scope, name: "scope" }), h("code", null, scope))));
+  const scopes = h("div.checks#token-scopes", null, SCOPES.map(([scope, label]) => mayGrant(scope)
+    ? h("label", { title: label }, h("input", { type: "checkbox", value: scope, name: "scope" }), h("code", null, scope))
+    : h("label.muted", { title: `${label}: a dashboard session cannot grant it; mint such a token with the AccountKey (POST /api/tokens)` },
+      h("input", { type: "checkbox", value: scope, name: "scope", disabled: true }), h("code", null, scope), h("span.small", null, "(AccountKey only)"))));
   const formError = h("div.field-error#token-error");
   const form = h("form#token-form", { onsubmit: mint },
     h("div.row", null, h("label.field", null, "Name", name), h("label.field", null, "Expires after", expiry)),
