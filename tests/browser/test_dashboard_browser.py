@@ -779,3 +779,22 @@ async def test_tokens_form_offers_only_scopes_a_session_may_grant(site: Site, br
     assert "AccountKey" in await page.js("document.querySelector(`#token-scopes input[value='ai:read']`)"
                                          ".closest('label').title")
     assert page.problems == []
+
+
+async def test_files_of_a_zone_not_listed_says_there_is_no_such_zone(site: Site, browser: DashboardBrowser) -> None:
+    """`#/files/<zone>` for a zone that does not exist (deleted since the link was kept, or mistyped) showed another
+    zone selected in the picker above an invitation to upload into the missing one; it says there is no such zone,
+    offers no upload, and the picker selects none."""
+    async with ClientSession() as client:
+        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
+        assert resp.status == 201, await resp.text()
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "files/nosuch/v1", "!!document.getElementById('zone-picker')")
+    assert await page.text("#no-zone") == "There is no zone named nosuch. Choose one above, or see the zones."
+    assert await page.js("document.getElementById('zone-picker').value") == ""
+    assert await page.js("!document.getElementById('upload-button') && !document.getElementById('file-list')")
+    await page.js(f"(() => {{ const p = document.getElementById('zone-picker'); p.value = {json.dumps(ZONE)};"
+                  " p.dispatchEvent(new Event('change')); })()")
+    await page.wait_for(f"location.hash === '#/files/{ZONE}/v1' && !!document.querySelector('#file-list tr[data-name=logos]')")
+    assert page.problems == []

@@ -51,7 +51,8 @@ function hashFor(dir, file) {
 }
 
 export async function render(container, { rest, params }) {
-  const zones = await get("/api/core/zones").catch(() => []);
+  const listed = await get("/api/core/zones").catch(() => null); // null: not read (every root is then tried)
+  const zones = listed || [];
   const roots = [...zones.map((z) => z.Name), STOCKS];
   if (!rest.length || !rest[0]) {
     if (!zones.length) {
@@ -70,6 +71,13 @@ export async function render(container, { rest, params }) {
   // --- header: zone picker, breadcrumbs, actions ---------------------------------------------
   const picker = h("select#zone-picker", { "aria-label": "Zone", onchange: () => location.assign(hashFor(picker.value === STOCKS ? STOCKS : `${picker.value}/v1`)) },
     roots.map((name) => h("option", { value: name, selected: name === root }, name === STOCKS ? "stocks (shared pool)" : name)));
+  if (listed && !roots.includes(root)) {
+    // A zone deleted since the link was kept, or mistyped: said so, with no zone selected and nothing to upload into.
+    picker.prepend(h("option", { value: "", selected: true, disabled: true }, "No such zone"));
+    container.append(card("Files", [picker], h("div.notice.error#no-zone", null, `There is no zone named ${root}. Choose one above, or `,
+      h("a", { href: "#/zones" }, "see the zones"), ".")));
+    return undefined;
+  }
   const crumbs = h("nav.breadcrumbs", { "aria-label": "Path" });
   const parts = dir.split("/");
   parts.forEach((part, i) => {
