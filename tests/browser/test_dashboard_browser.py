@@ -31,6 +31,7 @@ from assetcdn import control, edge
 from assetcdn.control.analytics.hits import Hit
 from assetcdn.control.analytics.service import ANALYTICS
 from assetcdn.control.publishing.service import REGISTRY
+from assetcdn.control.records.service import REQUEST_LOG
 from assetcdn.control.storage.service import GIT
 from assetcdn.control.video.demo import write_synthetic_video
 from assetcdn.control.video.service import VIDEO_INGEST
@@ -797,4 +798,20 @@ async def test_files_of_a_zone_not_listed_says_there_is_no_such_zone(site: Site,
     await page.js(f"(() => {{ const p = document.getElementById('zone-picker'); p.value = {json.dumps(ZONE)};"
                   " p.dispatchEvent(new Event('change')); })()")
     await page.wait_for(f"location.hash === '#/files/{ZONE}/v1' && !!document.querySelector('#file-list tr[data-name=logos]')")
+    assert page.problems == []
+
+
+async def test_live_logs_refused_for_a_session_that_ended_lead_to_sign_in(site: Site, browser: DashboardBrowser) -> None:
+    """A live tail whose stream comes back refused with 401 (the session ended: signed out in another tab, expired)
+    said 'reconnecting…' while the browser had given up on it, until another request of the page happened to meet the
+    401. It leads to the sign-in page itself. The health indicator's requests are held here, so that only the tail
+    can lead there."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "logs", "document.getElementById('tail-state')?.textContent === 'live'")
+    await page.js("(() => { const real = window.fetch; window.fetch = (url, init) =>"
+                  " String(url).startsWith('/api/dashboard/status') ? new Promise(() => {}) : real(url, init); })()")
+    assert await page.js("fetch('/dashboard/logout').then(r => r.url.endsWith('/dashboard/login'))")
+    site.control.app[REQUEST_LOG].end_streams()  # the stream drops (control restarting, a proxy): the browser asks again
+    await page.wait_for("location.pathname === '/dashboard/login'")
     assert page.problems == []

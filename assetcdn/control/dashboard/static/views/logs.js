@@ -73,11 +73,7 @@ export async function render(container) {
     }
   }
 
-  // The stream first, then the page: nothing falls between the two, and ids remove the overlap.
-  const events = new EventSource("/api/logs?stream=1");
-  events.addEventListener("open", () => { state.className = "pill ok"; state.textContent = "live"; });
-  events.addEventListener("error", () => { state.className = "pill warn"; state.textContent = "reconnecting…"; });
-  events.addEventListener("log", (event) => {
+  function received(event) {
     const entry = JSON.parse(event.data);
     if (paused) {
       queued.push(entry);
@@ -85,7 +81,35 @@ export async function render(container) {
     } else {
       add(entry);
     }
-  });
+  }
+
+  // A dropped stream is asked for again by the browser itself ("reconnecting…"); one refused (an answer that is not
+  // the stream: a 401 once the session ended, a 502 from a proxy) is given up by the browser. The log's page is then
+  // read: a 401 leads to the sign-in page (api.js), anything else opens the stream again a little later.
+  let events = null;
+  let stopped = false;
+  let retry = null;
+  function connect() {
+    events = new EventSource("/api/logs?stream=1");
+    events.addEventListener("open", () => { state.className = "pill ok"; state.textContent = "live"; });
+    events.addEventListener("error", () => {
+      if (events.readyState !== EventSource.CLOSED) {
+        state.className = "pill warn";
+        state.textContent = "reconnecting…";
+        return;
+      }
+      state.className = "pill bad";
+      state.textContent = "disconnected";
+      get("/api/logs", { limit: 1 }).catch((error) => error).then((error) => {
+        if (stopped) return;
+        if (error && error.status === 401) { state.textContent = "signed out"; return; }
+        retry = setTimeout(connect, 5000);
+      });
+    });
+    events.addEventListener("log", received);
+  }
+  // The stream first, then the page: nothing falls between the two, and ids remove the overlap.
+  connect();
   try {
     const page = await get("/api/logs", { limit: 100 });
     for (const entry of page.records.reverse()) {
@@ -96,5 +120,5 @@ export async function render(container) {
   } catch (error) {
     clear(rows, h("tr", null, h("td", { colSpan: 8 }, error.message)));
   }
-  return () => events.close();
+  return () => { stopped = true; clearTimeout(retry); events.close(); };
 }
