@@ -305,8 +305,12 @@ async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Pa
     assert await page.js("document.querySelector('.editor .gutter div.error')?.textContent") == "2"
     await page.screenshot(shots / "rules.png")
 
-    await open_view(page, base, "analytics?days=30", "!!document.querySelector('[data-kpi=requests] .value')"
-                                                    " && !!document.querySelector('[data-chart=requests] rect.bar')")
+    # The refused file was not saved: leaving the editor asks first, and the draft is discarded.
+    await page.js("location.hash = '#/analytics?days=30'")
+    await page.wait_for("document.querySelector('dialog[open] h2')?.textContent === 'Discard unsaved changes?'")
+    await page.click("dialog[open] button[data-action=true]")
+    await page.wait_for("!!document.querySelector('[data-kpi=requests] .value')"
+                        " && !!document.querySelector('[data-chart=requests] rect.bar')")
     assert int((await page.text("[data-kpi=requests] .value")).replace(",", "")) > 1000
     assert await page.js(f"[...document.querySelectorAll('[data-chart=top-assets] .text')].some(e => e.textContent === {json.dumps(cdn_path)})")
     await page.screenshot(shots / "analytics.png", full_page=True)
@@ -814,4 +818,46 @@ async def test_live_logs_refused_for_a_session_that_ended_lead_to_sign_in(site: 
     assert await page.js("fetch('/dashboard/logout').then(r => r.url.endsWith('/dashboard/login'))")
     site.control.app[REQUEST_LOG].end_streams()  # the stream drops (control restarting, a proxy): the browser asks again
     await page.wait_for("location.pathname === '/dashboard/login'")
+    assert page.problems == []
+
+
+async def test_rules_editor_keeps_unsaved_edits_until_the_user_discards_them(site: Site, browser: DashboardBrowser) -> None:
+    """The rules editor dropped what was typed, without a word, when the other file's tab or another view was opened.
+    Each file keeps its draft across the tabs; leaving the view asks first, and Cancel stays with the draft; saved, it
+    leaves without asking."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    draft = "/*\n  X-Draft: 1\n"
+    await open_view(page, base, "rules", "!!document.getElementById('rules-text')")
+    await page.fill("#rules-text", draft)
+    tab = "[...document.querySelectorAll('#view .segmented button')].find(b => b.textContent === {!r}).click()"
+    await page.js(tab.format("_redirects"))
+    await page.wait_for("document.querySelector('#view .segmented button.active')?.textContent === '_redirects'")
+    assert await page.js("document.getElementById('rules-text').value") == ""
+    await page.js(tab.format("_headers"))
+    await page.wait_for("document.querySelector('#view .segmented button.active')?.textContent === '_headers'")
+    assert await page.js("document.getElementById('rules-text').value") == draft
+
+    await page.js("location.hash = '#/zones'")
+    await page.wait_for("!!document.querySelector('dialog[open]')")
+    assert await page.text("dialog[open] h2") == "Discard unsaved changes?"
+    assert "_headers" in await page.text("dialog[open] p")
+    await page.click("dialog[open] button[data-action=false]")
+    await page.wait_for("!document.querySelector('dialog[open]')")
+    assert await page.js("location.hash") == "#/rules"
+    assert await page.js("document.getElementById('rules-text').value") == draft
+
+    await page.click("#rules-save")
+    await page.wait_for("document.querySelector('#view p.muted.small').textContent.startsWith('Saved')")
+    await page.js("location.hash = '#/zones'")
+    await page.wait_for("!!document.querySelector('#zone-create') || !!document.querySelector('dialog[open]')")
+    assert not await page.js("!!document.querySelector('dialog[open]')")
+
+    # A draft discarded: the view that was asked for opens.
+    await open_view(page, base, "rules", "!!document.getElementById('rules-text')")
+    await page.fill("#rules-text", draft + "  X-More: 2\n")
+    await page.js("location.hash = '#/purge'")
+    await page.wait_for("!!document.querySelector('dialog[open]')")
+    await page.click("dialog[open] button[data-action=true]")
+    await page.wait_for("location.hash === '#/purge' && document.getElementById('view').dataset.view === 'purge'")
     assert page.problems == []

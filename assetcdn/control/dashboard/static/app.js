@@ -3,7 +3,7 @@
 // `render(container, {rest, params})`, which may return a function that stops what it started
 // (timers, the live tail's event stream, a video player) when another view is opened.
 import { status } from "./api.js";
-import { clear, h, icon, toast } from "./ui.js";
+import { clear, confirmDanger, guardUnsaved, h, icon, toast, unsavedWork } from "./ui.js";
 import * as zones from "./views/zones.js";
 import * as rules from "./views/rules.js";
 import * as files from "./views/files.js";
@@ -34,6 +34,7 @@ const NAV = [["zones", "Zones"], ["files", "Files"], ["rules", "Edge rules"], ["
              ["passkeys", "Passkeys"], ["webhooks", "Webhooks"], ["health", "Health"]];
 
 let stopCurrent = null;
+let shownHash = null; // the route of the view shown
 
 function parseHash() {
   const raw = location.hash.replace(/^#\/?/, "");
@@ -49,6 +50,8 @@ function buildNav() {
 
 async function show() {
   const route = parseHash();
+  shownHash = location.hash;
+  guardUnsaved(null);
   if (typeof stopCurrent === "function") {
     try { stopCurrent(); } catch { /* a view's cleanup never blocks the next view */ }
   }
@@ -80,8 +83,28 @@ async function refreshHealth() {
   }
 }
 
+/** Another route: the view shown is replaced, once the user agreed to lose what it has not saved. */
+async function navigate() {
+  if (location.hash === shownHash) return; // put back after the user chose to stay
+  const pending = unsavedWork();
+  if (pending) {
+    const target = location.hash;
+    const discard = await confirmDanger({ title: "Discard unsaved changes?", message: `${pending} will be lost.`,
+                                          confirmLabel: "Discard changes" });
+    if (location.hash !== target) return; // the route changed again meanwhile: that change decides
+    if (!discard) {
+      history.replaceState(null, "", `${location.pathname}${location.search}${shownHash}`);
+      return;
+    }
+  }
+  show();
+}
+
 buildNav();
-window.addEventListener("hashchange", show);
+window.addEventListener("hashchange", navigate);
+window.addEventListener("beforeunload", (event) => {
+  if (unsavedWork()) event.preventDefault();
+});
 window.addEventListener("unhandledrejection", (event) => {
   const reason = event.reason;
   if (reason && reason.status !== 401) toast(reason.message || String(reason), "error");

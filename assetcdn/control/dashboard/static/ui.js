@@ -141,6 +141,22 @@ export async function confirmDanger({ title, message, confirmLabel = "Delete", t
   return value === true;
 }
 
+// --- unsaved work ---------------------------------------------------------------------------
+let unsaved = null;
+
+/**
+ * A view with work not yet saved registers `describe`, which returns what would be lost (e.g. "Your changes to
+ * _headers") or null; the shell asks before another view replaces it, and the browser before the page is left.
+ * Each view starts with none registered.
+ */
+export function guardUnsaved(describe) {
+  unsaved = describe;
+}
+
+export function unsavedWork() {
+  return unsaved ? unsaved() : null;
+}
+
 export async function copyText(text) {
   try {
     await navigator.clipboard.writeText(text);

@@ -2,7 +2,7 @@
 // Control parses the whole file before writing it; a syntax error comes back as 400 with
 // error.details = [{line, message}], shown next to the line in the editor.
 import { get, post } from "../api.js";
-import { card, clear, formatDate, h, toast } from "../ui.js";
+import { card, clear, formatDate, guardUnsaved, h, toast } from "../ui.js";
 
 export const title = "Edge rules";
 
@@ -21,6 +21,14 @@ export async function render(container, { params }) {
   const info = h("p.muted.small");
   const save = h("button.primary#rules-save", { type: "button", onclick: submit }, "Save and publish");
   let errorLines = new Set();
+  // What each file holds as last read or saved, and what is typed in it and not saved (kept across the tabs).
+  const stored = Object.fromEntries(Object.keys(FILES).map((name) => [name, rules[FILES[name].key] ?? ""]));
+  const drafts = {};
+  const unsaved = () => Object.keys(FILES).filter((name) => (name === current ? textarea.value : drafts[name] ?? stored[name]) !== stored[name]);
+  guardUnsaved(() => {
+    const names = unsaved();
+    return names.length ? `Your changes to ${names.join(" and ")}` : null;
+  });
 
   function paintGutter() {
     const count = Math.max(textarea.value.split("\n").length, 1);
@@ -30,13 +38,13 @@ export async function render(container, { params }) {
 
   function showTabs() {
     clear(tabs, Object.keys(FILES).map((name) => h(`button${name === current ? ".active" : ""}`, {
-      type: "button", role: "tab", onclick: () => { current = name; open(); },
+      type: "button", role: "tab", onclick: () => { drafts[current] = textarea.value; current = name; open(); },
     }, name)));
   }
 
   function open() {
     const content = rules[FILES[current].key];
-    textarea.value = content ?? "";
+    textarea.value = drafts[current] ?? content ?? "";
     textarea.placeholder = `# ${current} is empty. For example:\n${FILES[current].example}`;
     errorLines = new Set();
     clear(errors);
@@ -59,9 +67,18 @@ export async function render(container, { params }) {
     clear(errors);
     errorLines = new Set();
     try {
-      const answer = await post("/api/core/rules", { File: current, Content: textarea.value });
-      toast(answer.Message || `${current} saved`);
+      const file = current;
+      const content = textarea.value;
+      const answer = await post("/api/core/rules", { File: file, Content: content });
+      toast(answer.Message || `${file} saved`);
       rules = await get("/api/core/rules");
+      // As stored (whitespace alone removes the file), and the other file as it is now unless it is being edited;
+      // what was saved is shown as stored, unless typed in meanwhile.
+      for (const name of Object.keys(FILES)) {
+        if (name === file || (name !== current && !(name in drafts))) stored[name] = rules[FILES[name].key] ?? "";
+      }
+      if (drafts[file] === content) delete drafts[file];
+      if (current === file && textarea.value === content) textarea.value = stored[file];
       info.textContent = `Saved ${formatDate(answer.DateModified)}: commit ${String(answer.Commit || "").slice(0, 10)}. ${answer.EdgeNote || ""}`;
     } catch (error) {
       const details = error.details.filter((d) => Number.isInteger(d.line));
