@@ -77,6 +77,19 @@ class DashboardBrowser(HeadlessChromium):
         await self.evaluate(f"(() => {{ const el = document.querySelector({json.dumps(selector)});"
                             f" el.value = {json.dumps(value)}; el.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")
 
+    async def press(self, key: str) -> None:
+        """A key pressed and released where the focus is, as the keyboard sends it (Enter, Escape)."""
+        codes = {"Enter": 13, "Escape": 27}
+        down: dict[str, Any] = {"key": key, "code": key, "windowsVirtualKeyCode": codes[key]}
+        if key == "Enter":
+            down["text"] = "\r"
+        await self.command("Input.dispatchKeyEvent", type="keyDown", **down)
+        await self.command("Input.dispatchKeyEvent", type="keyUp", key=key, code=key, windowsVirtualKeyCode=codes[key])
+
+    async def type_text(self, text: str) -> None:
+        """Text typed where the focus is (Input.insertText: what a keyboard's characters would enter)."""
+        await self.command("Input.insertText", text=text)
+
     async def text(self, selector: str) -> str:
         return str(await self.evaluate(f"document.querySelector({json.dumps(selector)})?.textContent ?? ''"))
 

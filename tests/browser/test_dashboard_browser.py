@@ -861,3 +861,35 @@ async def test_rules_editor_keeps_unsaved_edits_until_the_user_discards_them(sit
     await page.click("dialog[open] button[data-action=true]")
     await page.wait_for("location.hash === '#/purge' && document.getElementById('view').dataset.view === 'purge'")
     assert page.problems == []
+
+
+async def test_dialogs_answer_enter_and_escape(site: Site, browser: DashboardBrowser) -> None:
+    """Enter in a dialog's field did nothing (only a click on its button did); it now confirms, as a form's submit
+    would, and a confirmation still needs what it asks to be typed. Escape cancels."""
+    async with ClientSession() as client:
+        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
+        assert resp.status == 201, await resp.text()
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    new_folder = "[...document.querySelectorAll('#dropzone button')].find(b => b.textContent === 'New folder').click()"
+    await open_view(page, base, f"files/{ZONE}/v1", "!!document.querySelector('#file-list tr[data-name=logos]')")
+    await page.js(new_folder)
+    await page.wait_for("document.activeElement === document.querySelector('dialog[open] input')")
+    await page.press("Escape")
+    await page.wait_for("!document.querySelector('dialog[open]')")
+    await page.js(new_folder)
+    await page.wait_for("document.activeElement === document.querySelector('dialog[open] input')")
+    await page.type_text("typed")
+    await page.press("Enter")
+    await page.wait_for(f"location.hash === '#/files/{ZONE}/v1/typed' && !document.querySelector('dialog[open]')")
+
+    # Deleting the folder asks for its name: Enter before it is typed does nothing; typed, Enter deletes.
+    await open_view(page, base, f"files/{ZONE}/v1", "!!document.querySelector('#file-list tr[data-name=typed]')")
+    await page.js("[...document.querySelectorAll('#file-list tr[data-name=typed] button')].find(b => b.textContent === 'Delete').click()")
+    await page.wait_for("document.activeElement === document.querySelector('dialog[open] input')")
+    await page.press("Enter")
+    assert await page.js("!!document.querySelector('dialog[open]')")
+    await page.type_text("typed")
+    await page.press("Enter")
+    await page.wait_for("!document.querySelector('#file-list tr[data-name=typed]') && !document.querySelector('dialog[open]')")
+    assert page.problems == []

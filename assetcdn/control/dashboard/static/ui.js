@@ -120,7 +120,14 @@ export function dialog({ title, body, actions }) {
       node.remove();
       resolve(value);
     }
-    node.addEventListener("cancel", (event) => { event.preventDefault(); close(null); });
+    node.addEventListener("cancel", (event) => { event.preventDefault(); close(null); }); // Escape
+    // Enter in a one-line field presses the last action (the confirmation, through its check), as a form's submit
+    // would; on a button, Enter presses that button, and a textarea keeps it as a new line.
+    node.addEventListener("keydown", (event) => {
+      if (event.key !== "Enter" || event.isComposing || !(event.target instanceof HTMLInputElement)) return;
+      event.preventDefault();
+      buttons[buttons.length - 1].click();
+    });
     document.body.append(node);
     node.showModal();
     const first = node.querySelector("input:not([readonly]), textarea") || buttons[buttons.length - 1];
