@@ -893,3 +893,24 @@ async def test_dialogs_answer_enter_and_escape(site: Site, browser: DashboardBro
     await page.press("Enter")
     await page.wait_for("!document.querySelector('#file-list tr[data-name=typed]') && !document.querySelector('dialog[open]')")
     assert page.problems == []
+
+
+async def test_a_narrow_screen_folds_the_sidebar_away(site: Site, browser: DashboardBrowser) -> None:
+    """On a phone's width (390 px) the fixed 216 px sidebar left the view 174 px. Under the breakpoint the sections
+    fold into a Menu button above the view, which has the screen's width; the menu opens, and closes once a section
+    is chosen."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.command("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=1, mobile=True)
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+    shown = "(s => { const r = document.querySelector(s).getBoundingClientRect(); return r.width > 0 && r.height > 0; })"
+    assert await page.js("document.getElementById('view').getBoundingClientRect().width") >= 360
+    assert await page.js(f"{shown}('#nav-toggle') && !{shown}('#nav')")
+    assert await page.js("document.getElementById('nav-toggle').getAttribute('aria-expanded')") == "false"
+    await page.click("#nav-toggle")
+    await page.wait_for(f"{shown}('#nav a[data-view=files]') && {shown}('#sign-out')")
+    assert await page.js("document.getElementById('nav-toggle').getAttribute('aria-expanded')") == "true"
+    await page.click("#nav a[data-view=tokens]")
+    await page.wait_for(f"!!document.querySelector('#token-form') && !{shown}('#nav')")
+    assert await page.js("document.getElementById('view').getBoundingClientRect().width") >= 360
+    assert page.problems == []

@@ -46,12 +46,21 @@ function parseHash() {
 function buildNav() {
   const nav = document.getElementById("nav");
   clear(nav, NAV.map(([key, label]) => h("a", { href: `#/${key}`, dataset: { view: key } }, icon(ICONS[key]), label)));
+  // On a narrow screen the sections are behind the Menu button (dashboard.css); it is hidden on a wide one.
+  nav.addEventListener("click", () => showMenu(false)); // the view chosen may be the one shown: no route change
+  document.getElementById("nav-toggle").addEventListener("click", () => showMenu(!document.querySelector(".sidebar").classList.contains("open")));
+}
+
+function showMenu(open) {
+  document.querySelector(".sidebar").classList.toggle("open", open);
+  document.getElementById("nav-toggle").setAttribute("aria-expanded", String(open));
 }
 
 async function show() {
   const route = parseHash();
   shownHash = location.hash;
   guardUnsaved(null);
+  showMenu(false);
   if (typeof stopCurrent === "function") {
     try { stopCurrent(); } catch { /* a view's cleanup never blocks the next view */ }
   }
