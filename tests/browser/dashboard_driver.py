@@ -23,6 +23,7 @@ class DashboardBrowser(HeadlessChromium):
     def __init__(self, binary: str, profile_dir: Path) -> None:
         super().__init__(binary, profile_dir)
         self.problems: list[str] = []
+        self.dialogs: list[str] = []  # JavaScript dialogs opened and not yet answered (alert, beforeunload, ...)
 
     async def open(self, url: str, start_timeout: float = 30) -> None:
         await super().open(url, start_timeout)
@@ -36,6 +37,8 @@ class DashboardBrowser(HeadlessChromium):
             details = params.get("exceptionDetails", {})
             text = details.get("exception", {}).get("description") or details.get("text", "")
             self.problems.append(f"exception: {text}")
+        elif method == "Page.javascriptDialogOpening":
+            self.dialogs.append(params.get("type", ""))
         elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
             self.problems.append("console.error: " + " ".join(str(a.get("value", a.get("description", "")))
                                                                for a in params.get("args", [])))
@@ -89,6 +92,19 @@ class DashboardBrowser(HeadlessChromium):
     async def type_text(self, text: str) -> None:
         """Text typed where the focus is (Input.insertText: what a keyboard's characters would enter)."""
         await self.command("Input.insertText", text=text)
+
+    async def answer_dialog(self, *, accept: bool, within: float = WAIT_S) -> str:
+        """Wait for a JavaScript dialog (the browser's own, e.g. beforeunload's) and answer it; returns its type. The
+        page runs no script while one is open, so the wait asks with a command that runs none."""
+        try:
+            async with asyncio.timeout(within):
+                while not self.dialogs:
+                    await self.command("Page.getNavigationHistory")
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise AssertionError("no JavaScript dialog opened") from None
+        await self.command("Page.handleJavaScriptDialog", accept=accept)
+        return self.dialogs.pop(0)
 
     async def text(self, selector: str) -> str:
         return str(await self.evaluate(f"document.querySelector({json.dumps(selector)})?.textContent ?? ''"))

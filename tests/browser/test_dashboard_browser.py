@@ -847,6 +847,14 @@ async def test_rules_editor_keeps_unsaved_edits_until_the_user_discards_them(sit
     assert await page.js("location.hash") == "#/rules"
     assert await page.js("document.getElementById('rules-text').value") == draft
 
+    # Leaving the page asks too: the browser's own dialog (shown once the user has typed on the page); declined,
+    # the page and the draft stay.
+    await page.js("document.getElementById('rules-text').focus()")
+    await page.type_text("  X-Typed: 2\n")
+    await page.command("Runtime.evaluate", expression="setTimeout(() => location.reload(), 0)")
+    assert await page.answer_dialog(accept=False) == "beforeunload"
+    assert await page.js("document.getElementById('rules-text').value") == draft + "  X-Typed: 2\n"
+
     await page.click("#rules-save")
     await page.wait_for("document.querySelector('#view p.muted.small').textContent.startsWith('Saved')")
     await page.js("location.hash = '#/zones'")

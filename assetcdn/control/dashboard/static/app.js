@@ -112,7 +112,10 @@ async function navigate() {
 buildNav();
 window.addEventListener("hashchange", navigate);
 window.addEventListener("beforeunload", (event) => {
-  if (unsavedWork()) event.preventDefault();
+  if (unsavedWork()) {
+    event.preventDefault();
+    event.returnValue = true; // browsers that ask only when it is set
+  }
 });
 window.addEventListener("unhandledrejection", (event) => {
   const reason = event.reason;
