@@ -60,6 +60,7 @@ async def status_report(app: web.Application) -> dict[str, Any]:
     nodes = edge_nodes(app[REGISTRY].describe(), generation)
     ok = all(c["healthy"] for c in checks)
     config = app[DASHBOARD]
+    grantable: frozenset[str] = app[SESSION_SCOPES]
     return {
         "status": "ok" if ok and all(n["alive"] for n in nodes) else "degraded",
         "control": {"status": "ok" if ok else "degraded", "checks": checks, "generation": generation,
@@ -71,6 +72,6 @@ async def status_report(app: web.Application) -> dict[str, Any]:
         "dashboard": {"publicUrl": public_url(app), "passkeyRpId": config.rp_id,
                       "passkeyOrigins": list(config.passkey_origins),
                       "webhookRetryDelaysS": list(app[WEBHOOK_SETTINGS].retry_delays_s),
-                      "grantableScopes": sorted(app[SESSION_SCOPES])},
+                      "grantableScopes": sorted(grantable)},
         "DateFetched": utc_now_iso(),
     }
