@@ -922,3 +922,17 @@ async def test_a_narrow_screen_folds_the_sidebar_away(site: Site, browser: Dashb
     await page.wait_for(f"!!document.querySelector('#token-form') && !{shown}('#nav')")
     assert await page.js("document.getElementById('view').getBoundingClientRect().width") >= 360
     assert page.problems == []
+
+
+async def test_the_link_to_a_view_whose_address_it_changed_opens_it_again(site: Site, browser: DashboardBrowser) -> None:
+    """A view that changed its own address (Analytics' period, a Files preview closed by a delete), then the link it
+    was opened with: the shell took that link for an address it had put back after a refused leave, and did nothing.
+    The view opens again from the link."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "analytics", "document.querySelector('#period button.active')?.dataset.days === '7'")
+    await page.click("#period button[data-days='30']")
+    await page.wait_for("location.hash === '#/analytics?days=30&zone=all'")
+    await page.js("document.querySelector('#nav a[data-view=analytics]').click()")
+    await page.wait_for("location.hash === '#/analytics' && document.querySelector('#period button.active')?.dataset.days === '7'")
+    assert page.problems == []

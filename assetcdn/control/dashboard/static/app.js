@@ -34,7 +34,6 @@ const NAV = [["zones", "Zones"], ["files", "Files"], ["rules", "Edge rules"], ["
              ["passkeys", "Passkeys"], ["webhooks", "Webhooks"], ["health", "Health"]];
 
 let stopCurrent = null;
-let shownHash = null; // the route of the view shown
 
 function parseHash() {
   const raw = location.hash.replace(/^#\/?/, "");
@@ -58,7 +57,6 @@ function showMenu(open) {
 
 async function show() {
   const route = parseHash();
-  shownHash = location.hash;
   guardUnsaved(null);
   showMenu(false);
   if (typeof stopCurrent === "function") {
@@ -92,9 +90,11 @@ async function refreshHealth() {
   }
 }
 
-/** Another route: the view shown is replaced, once the user agreed to lose what it has not saved. */
-async function navigate() {
-  if (location.hash === shownHash) return; // put back after the user chose to stay
+/**
+ * Another route: the view shown is replaced, once the user agreed to lose what it has not saved. Staying puts the
+ * address back as it was (replaceState, which fires no hashchange).
+ */
+async function navigate(event) {
   const pending = unsavedWork();
   if (pending) {
     const target = location.hash;
@@ -102,7 +102,7 @@ async function navigate() {
                                           confirmLabel: "Discard changes" });
     if (location.hash !== target) return; // the route changed again meanwhile: that change decides
     if (!discard) {
-      history.replaceState(null, "", `${location.pathname}${location.search}${shownHash}`);
+      history.replaceState(null, "", event.oldURL);
       return;
     }
   }
