@@ -936,3 +936,26 @@ async def test_the_link_to_a_view_whose_address_it_changed_opens_it_again(site: 
     await page.js("document.querySelector('#nav a[data-view=analytics]').click()")
     await page.wait_for("location.hash === '#/analytics' && document.querySelector('#period button.active')?.dataset.days === '7'")
     assert page.problems == []
+
+
+async def test_enter_in_a_confirmation_without_a_field_cancels(site: Site, browser: DashboardBrowser) -> None:
+    """A deletion's confirmation opened with the focus on Delete, so Enter pressed once more (or held) on the row's
+    Delete button deleted the file. The focus is on Cancel: Enter keeps the file; Delete is still a Tab away."""
+    async with ClientSession() as client:
+        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
+        assert resp.status == 201, await resp.text()
+        resp = await client.put(site.control.make_url(f"/api/storage/{ZONE}/v1/logos/{IMAGE}"), data=png(32, 20),
+                                headers={**ACCESS, "Content-Type": "image/png"})
+        assert resp.status == 201, await resp.text()
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, f"files/{ZONE}/v1/logos", f"!!document.querySelector('#file-list tr[data-name=\"{IMAGE}\"]')")
+    await page.js(f"[...document.querySelectorAll('#file-list tr[data-name=\"{IMAGE}\"] button')]"
+                  ".find(b => b.textContent === 'Delete').click()")
+    await page.wait_for("!!document.querySelector('dialog[open]')")
+    assert await page.js("document.activeElement.textContent") == "Cancel"
+    await page.press("Enter")
+    await page.wait_for("!document.querySelector('dialog[open]')")
+    resp_status = await page.js(f"fetch('/api/storage/{ZONE}/v1/logos/{IMAGE}', {{method: 'HEAD'}}).then(r => r.status)")
+    assert resp_status == 200
+    assert page.problems == []

@@ -103,7 +103,10 @@ export function toast(message, kind = "info") {
   setTimeout(() => item.remove(), kind === "error" ? 7000 : 3500);
 }
 
-/** A modal dialog; resolves with the value of the button pressed (or null when dismissed). */
+/**
+ * A modal dialog; resolves with the value of the button pressed (or null when dismissed). The focus goes to its first
+ * field, else to the action marked `focus`, else to the last action.
+ */
 export function dialog({ title, body, actions }) {
   return new Promise((resolve) => {
     const buttons = actions.map((a) => h(`button${a.class ? "." + a.class.split(" ").join(".") : ""}`,
@@ -130,7 +133,8 @@ export function dialog({ title, body, actions }) {
     });
     document.body.append(node);
     node.showModal();
-    const first = node.querySelector("input:not([readonly]), textarea") || buttons[buttons.length - 1];
+    const first = node.querySelector("input:not([readonly]), textarea") || buttons[actions.findIndex((a) => a.focus)]
+      || buttons[buttons.length - 1];
     if (first) first.focus();
   });
 }
@@ -142,7 +146,8 @@ export async function confirmDanger({ title, message, confirmLabel = "Delete", t
     typeToConfirm ? h("label.field", null, `Type ${typeToConfirm} to confirm`, input) : null);
   const value = await dialog({
     title, body,
-    actions: [{ label: "Cancel", value: false },
+    // Focused on Cancel: an Enter pressed again (or held) on the button that opened it does not confirm.
+    actions: [{ label: "Cancel", value: false, focus: true },
               { label: confirmLabel, value: true, class: "danger solid", check: () => !input || input.value === typeToConfirm }],
   });
   return value === true;
