@@ -959,3 +959,22 @@ async def test_enter_in_a_confirmation_without_a_field_cancels(site: Site, brows
     resp_status = await page.js(f"fetch('/api/storage/{ZONE}/v1/logos/{IMAGE}', {{method: 'HEAD'}}).then(r => r.status)")
     assert resp_status == 200
     assert page.problems == []
+
+
+async def test_a_rule_error_is_reached_from_the_keyboard(site: Site, browser: DashboardBrowser) -> None:
+    """A syntax error's line in the rules editor was reached by a click on the error only; its 'Line N' is a button,
+    so Tab and Enter reach it too and select that line in the editor."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "rules?file=_redirects", "!!document.getElementById('rules-text')")
+    await page.fill("#rules-text", "/old-logo.png /gallery/v1/logos/sunset.png 301\n/broken\n")
+    await page.click("#rules-save")
+    await page.wait_for("!!document.querySelector('#rule-errors li[data-line=\"2\"]')")
+    await page.js("document.getElementById('rules-save').focus()")  # the editor selected the first error itself
+    assert await page.js("!!document.querySelector('#rule-errors li[data-line=\"2\"] button')")
+    await page.js("document.querySelector('#rule-errors li[data-line=\"2\"] button').focus()")
+    await page.press("Enter")
+    start = len("/old-logo.png /gallery/v1/logos/sunset.png 301\n")
+    await page.wait_for("(t => document.activeElement === t && t.selectionStart === "
+                        f"{start} && t.selectionEnd === {start + len('/broken')})(document.getElementById('rules-text'))")
+    assert page.problems == []

@@ -84,7 +84,7 @@ export async function render(container, { params }) {
       const details = error.details.filter((d) => Number.isInteger(d.line));
       errorLines = new Set(details.map((d) => d.line));
       clear(errors, details.length ? details.map((d) => h("li", { dataset: { line: d.line }, onclick: () => jumpTo(d.line) },
-        h("b", null, `Line ${d.line}`), `: ${d.message}`)) : h("li", null, error.message));
+        h("button.link", { type: "button" }, `Line ${d.line}`), `: ${d.message}`)) : h("li", null, error.message));
       if (details.length) jumpTo(details[0].line);
     } finally {
       save.disabled = false;
