@@ -31,6 +31,7 @@ from assetcdn import control, edge
 from assetcdn.control.analytics.hits import Hit
 from assetcdn.control.analytics.service import ANALYTICS
 from assetcdn.control.publishing.service import REGISTRY
+from assetcdn.control.records.request_log import control_entry
 from assetcdn.control.records.service import REQUEST_LOG
 from assetcdn.control.storage.service import GIT
 from assetcdn.control.video.demo import write_synthetic_video
@@ -977,4 +978,23 @@ async def test_a_rule_error_is_reached_from_the_keyboard(site: Site, browser: Da
     start = len("/old-logo.png /gallery/v1/logos/sunset.png 301\n")
     await page.wait_for("(t => document.activeElement === t && t.selectionStart === "
                         f"{start} && t.selectionEnd === {start + len('/broken')})(document.getElementById('rules-text'))")
+    assert page.problems == []
+
+
+async def test_live_logs_show_what_was_logged_while_the_stream_was_down(site: Site, browser: DashboardBrowser) -> None:
+    """A live tail whose stream dropped (control restarting, a proxy) went on after the browser reconnected with what
+    was logged from then on: what was logged in between never showed. Once the stream is back, it is read and shown."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "logs", "document.getElementById('tail-state')?.textContent === 'live'")
+    log = site.control.app[REQUEST_LOG]
+    # The stream ends, and an entry is logged behind its end (in the same turn of the loop): the ended stream never
+    # sends it, and the next one starts after it.
+    log.end_streams()
+    entry = log.append(control_entry(method="GET", path="/api/logged-in-the-gap", status=200, duration_ms=1.0,
+                                     request_id=None, ip="127.0.0.1"))
+    await page.wait_for(f"!!document.querySelector('#tail-rows tr[data-id=\"{entry['id']}\"]')")
+    assert await page.js("document.getElementById('tail-state').textContent") == "live"
+    ids = await page.js("[...document.querySelectorAll('#tail-rows tr')].map(tr => Number(tr.dataset.id))")
+    assert ids == sorted(ids, reverse=True)  # newest first, the entry from the gap in its place
     assert page.problems == []

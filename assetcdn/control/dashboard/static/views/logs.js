@@ -63,13 +63,47 @@ export async function render(container) {
     counter.textContent = `${entries.length} entries kept (newest ${KEEP}).`;
   }
 
+  /** Entries read rather than streamed (the latest page, what was logged while the stream was down), each in its place. */
+  function merge(records) {
+    for (const entry of records) {
+      if (!seen.has(entry.id)) { seen.add(entry.id); entries.push(entry); }
+    }
+    entries.sort((a, b) => b.id - a.id);
+    for (const old of entries.splice(KEEP)) seen.delete(old.id);
+    repaint();
+  }
+
   function togglePause() {
     paused = !paused;
     pause.textContent = paused ? `Resume${queued.length ? ` (${queued.length})` : ""}` : "Pause";
     if (!paused) {
       const waiting = queued;
       queued = [];
-      waiting.forEach(add);
+      if (waiting.length && entries.length && waiting[0].id < entries[0].id) merge(waiting); // older ones read meanwhile
+      else waiting.forEach(add);
+    }
+  }
+
+  // What was logged while the stream was down is read once it is back: from a second before the newest entry known
+  // (entries of one moment), repeats dropped by id.
+  async function catchUp() {
+    const newest = [entries[0], queued[queued.length - 1]].filter(Boolean).map((e) => e.timestamp).sort().pop();
+    if (!newest) return; // nothing known yet: the page read at the start covers it
+    let page;
+    try {
+      page = await get("/api/logs", { since: new Date(Date.parse(newest) - 1000).toISOString(), limit: KEEP });
+    } catch {
+      return; // the stream goes on; a 401 has led to the sign-in page
+    }
+    if (stopped) return;
+    const waiting = new Set(queued.map((e) => e.id));
+    const missed = page.records.filter((e) => !seen.has(e.id) && !waiting.has(e.id));
+    if (!missed.length) return;
+    if (paused) {
+      queued = [...queued, ...missed].sort((a, b) => a.id - b.id);
+      pause.textContent = `Resume (${queued.length})`;
+    } else {
+      merge(missed);
     }
   }
 
@@ -89,10 +123,16 @@ export async function render(container) {
   let events = null;
   let stopped = false;
   let retry = null;
+  let dropped = false;
   function connect() {
     events = new EventSource("/api/logs?stream=1");
-    events.addEventListener("open", () => { state.className = "pill ok"; state.textContent = "live"; });
+    events.addEventListener("open", () => {
+      state.className = "pill ok";
+      state.textContent = "live";
+      if (dropped) { dropped = false; catchUp(); }
+    });
     events.addEventListener("error", () => {
+      dropped = true;
       if (events.readyState !== EventSource.CLOSED) {
         state.className = "pill warn";
         state.textContent = "reconnecting…";
@@ -111,12 +151,7 @@ export async function render(container) {
   // The stream first, then the page: nothing falls between the two, and ids remove the overlap.
   connect();
   try {
-    const page = await get("/api/logs", { limit: 100 });
-    for (const entry of page.records.reverse()) {
-      if (!seen.has(entry.id)) { seen.add(entry.id); entries.push(entry); }
-    }
-    entries.sort((a, b) => b.id - a.id);
-    repaint();
+    merge((await get("/api/logs", { limit: 100 })).records);
   } catch (error) {
     clear(rows, h("tr", null, h("td", { colSpan: 8 }, error.message)));
   }
