@@ -183,6 +183,11 @@ def request_head(headers: Iterable[tuple[bytes, bytes]], has_body: bool) -> tupl
         elif name not in HOP_BY_HOP:
             length = length or name == b"content-length"
             fields.append(name + b": " + value)
+        elif name == b"expect" and value.lower() != b"100-continue":
+            # An expectation HTTP does not define goes on, so the application refuses it (417) as over HTTP/1.1;
+            # 100-continue does not (the stream's body comes as the window allows). Looked at on a hop-by-hop
+            # field only: nothing more for the others.
+            fields.append(b"expect: " + value)
     method, path, authority = target
     if method is None or path is None or not _TOKEN.fullmatch(method) or not (path[:1] == b"/" or path == b"*"):
         raise MalformedRequest("a request needs :method and a :path")

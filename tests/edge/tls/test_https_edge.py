@@ -185,6 +185,26 @@ def test_http2_hits_are_answered_field_for_field_as_over_http_1_1(https_cdn: Htt
     assert "hit path failed" not in https_cdn.cdn.log_path.read_text()  # every case was decided, none crashed
 
 
+def test_http2_refuses_an_unknown_expectation_as_http_1_1_does(https_cdn: HttpsCdn) -> None:
+    # RFC 9110 10.1.1: an expectation the server does not know is 417; 100-continue alone is known. A hit, a miss
+    # and an API route, each answered over HTTP/2 as over HTTP/1.1.
+    https_cdn.upload("v1/h2/expect.txt", b"expected\n")
+    hit = f"/{ZONE}/v1/h2/expect.txt"
+    assert https_get(https_cdn.https_port, hit, ca=https_cdn.ca_file).status == 200  # cached from here on
+    client = H2Client(https_cdn.https_port, "localhost", https_cdn.ca_file)
+    try:
+        for path in (hit, f"/{ZONE}/v1/h2/none.txt", "/api/health"):
+            one = https_get(https_cdn.https_port, path, ca=https_cdn.ca_file, headers={"Expect": "foo"})
+            two = client.get(path, "GET", [("expect", "foo")])
+            assert (one.status, two.status) == (417, 417), path
+            assert two.body == one.body, path
+            assert two.headers.get("content-type") == one.headers.get("content-type"), path
+        known = client.get(hit, "GET", [("expect", "100-continue")])
+        assert known.status == 200 and known.body == b"expected\n"
+    finally:
+        client.close()
+
+
 def test_plain_http_is_redirected_except_acme_challenges(https_cdn: HttpsCdn) -> None:
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: object, **kwargs: object) -> None:
