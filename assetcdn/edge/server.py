@@ -122,9 +122,10 @@ def run_worker(argv: list[str], worker: int, default_certificate: Certificate | 
 
 def forget_live_gauges(metrics_dir: Path, pid: int | None) -> None:
     """A worker that ended holds nothing now: its share of the gauges the node's /metrics sums over its live workers
-    (`multiprocess_mode="livesum"`, assetcdn/shared/metrics.py) goes with its files, `gauge_live<mode>_<pid>.db`, as
-    prometheus_client's `multiprocess.mark_process_dead` removes them (not imported here: this process has no use
-    for prometheus_client, a fifth of a second to load). Its counters stay, so that the node's never go back."""
+    (`multiprocess_mode="livesum"`, assetcdn/shared/metrics.py), or takes the highest of (`"livemax"`), goes with its
+    files, `gauge_live<mode>_<pid>.db`, as prometheus_client's `multiprocess.mark_process_dead` removes them (not
+    imported here: this process has no use for prometheus_client, a fifth of a second to load). Its counters stay,
+    so that the node's never go back, and so do the peaks (`"max"`)."""
     if pid is not None:
         for path in metrics_dir.glob(f"gauge_live*_{pid}.db"):
             path.unlink(missing_ok=True)

@@ -77,18 +77,21 @@ class Metrics:
         self.propagation_seconds = Histogram("assetcdn_propagation_seconds",
                                              "Time from control sending a push or purge to the edge's ack",
                                              ["kind", "edge"], buckets=LATENCY_BUCKETS, registry=reg)
+        # The generation the node's running workers hold: an ended worker's goes as the edge reaps it
+        # (assetcdn/edge/server.py `forget_live_gauges`), since the numbers start again when control's history is lost.
         self.manifest_generation = Gauge("assetcdn_manifest_generation", "Manifest generation held",
-                                         ["process"], registry=reg, multiprocess_mode="max")
+                                         ["process"], registry=reg, multiprocess_mode="livemax")
         self.transforms = Counter("assetcdn_transforms_total", "Image transforms run (cache misses)",
                                   ["format"], registry=reg)
         # The temporary space of the bodies an edge forwards to control (assetcdn/edge/proxied_body.py): in use now
-        # (summed over the node's workers), the most one worker held at once and its budget, and the refusals.
+        # (summed over the node's workers), the most one worker held at once (its ended workers' too) and its budget,
+        # and the refusals.
         self.body_spool_bytes = Gauge("assetcdn_edge_body_spool_bytes",
                                       "Temporary space the forwarded request bodies hold now (bytes)",
                                       ["process"], registry=reg, multiprocess_mode="livesum")
         self.body_spool_peak_bytes = Gauge("assetcdn_edge_body_spool_peak_bytes",
                                            "The most temporary space one edge process's forwarded bodies held at "
-                                           "once since it started (bytes)",
+                                           "once since the edge started, its ended workers' included (bytes)",
                                            ["process"], registry=reg, multiprocess_mode="max")
         self.body_spool_budget_bytes = Gauge("assetcdn_edge_body_spool_budget_bytes",
                                              "Temporary space one edge process's forwarded bodies may hold at once "
