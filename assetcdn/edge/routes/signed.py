@@ -4,7 +4,8 @@ The signature is the credential (docs/api-guide.md "Image delivery", signed URLs
 order: the per-client rate limit first (429 with Retry-After), then the query, every refusal a 403 in
 the legacy envelope; the comparison is constant time. A valid URL delivers the asset through the
 serve sequence (assetcdn/edge/states/serve.py), privately cached for an hour. It is the only way to an asset
-of the `private` category (assetcdn/edge/access.py).
+of the `private` category (assetcdn/edge/access.py). On a zone's own host `path=/v1/...` is that zone's file, signed
+as its full path (`verify_signed_query`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from aiohttp import web
 
 from assetcdn.edge.access import SourceRefused
 from assetcdn.edge.app_keys import COUNTERS, NODE, SECRETS, SETTINGS
-from assetcdn.edge.site_config import request_host
+from assetcdn.edge.site_config import request_host, tenant_path
 from assetcdn.edge.states.fetch import AS_IS
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.shared.counter_store import client_key
@@ -36,14 +37,18 @@ def _refuse(message: str) -> LegacyError:
     return LegacyError(403, message)
 
 
-def verify_signed_query(query: dict[str, str], secret: str, now: float) -> str:
-    """The CDN path a signed query grants (no leading slash); LegacyError(403) otherwise."""
+def verify_signed_query(query: dict[str, str], secret: str, now: float, host_zone: str | None = None) -> str:
+    """The CDN path a signed query grants (no leading slash); LegacyError(403) otherwise. On the tenant host of
+    `host_zone` (a zone's own host or custom domain), `/v1/...` names that zone's file as its delivery does
+    (tenant_path), and the signature is checked over the full path so named: a signature covers a zone's file,
+    never a zone-less spelling another zone's host would read as its own."""
     missing = [name for name in REQUIRED if not query.get(name)]
     if missing:
         raise _refuse(f"Missing required parameter{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
     path, expires, sig = query["path"], query["expires"], query["sig"]
     if not signable_form(path):
         raise _refuse("Invalid path format")
+    path = tenant_path(host_zone, path)
     if not _EXPIRES.match(expires):
         raise _refuse("Invalid expires parameter")
     if now > int(expires):
@@ -89,8 +94,9 @@ async def signed_asset(request: web.Request) -> web.StreamResponse:
 
 async def _signed_asset(request: web.Request, rate_headers: dict[str, str]) -> web.StreamResponse:
     node = request.app[NODE]
-    path = verify_signed_query(dict(request.query), request.app[SECRETS].signed_url_secret, time.time())
+    host_zone = node.config.zone_for_host(request_host(request))
+    path = verify_signed_query(dict(request.query), request.app[SECRETS].signed_url_secret, time.time(), host_zone)
     # A tenant host serves its own zone and the stock pool only (assetcdn/edge/access.py), whatever is signed.
-    entry = source_for(node, path, node.config.zone_for_host(request_host(request)), REFUSALS, private_ok=True)
+    entry = source_for(node, path, host_zone, REFUSALS, private_ok=True)
     policy = ServePolicy(CACHE_CONTROL, REFUSALS, headers={**POLICY.headers, **rate_headers})
     return await serve(request, entry, AS_IS, policy)

@@ -3,11 +3,12 @@ shared stock pool, nothing of another zone, on every delivery route; the default
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+import time
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 
-from assetcdn.shared.signing import signed_url
+from assetcdn.shared.signing import signed_url, url_signature
 from tests.control.expect import expect_error
 from tests.support.cdn import PURGE, ZONE, Cdn, CdnFactory, raw_status
 from tests.support.control import ACCOUNT, SECRETS
@@ -105,6 +106,38 @@ async def test_an_image_routes_source_on_a_tenant_host_is_named_as_its_delivery_
     full = await cdn.edge.get(f"/api/transform?url=/{OWN_FILE}&w=5", headers={"Host": CUSTOM_DOMAIN})
     assert (short.headers["X-Cache"], full.headers["X-Cache"]) == ("MISS", "HIT")
     assert await short.read() == await full.read()
+
+
+async def test_a_signed_url_on_a_tenant_host_names_its_file_as_its_delivery_does(make_cdn: CdnFactory) -> None:
+    """`path=/v1/...` on a zone's own host is its file for /api/signed as for its delivery, and what is signed is the
+    full path it names (`/<zone>/v1/...`, what `assetcdn sign` prints): a URL signed for one zone's file, written
+    short, never reaches another zone's file of that name on the other's host, and a signature over the short
+    spelling alone, which names no zone, grants nothing."""
+    cdn = await two_zones(make_cdn)
+    expires = int(time.time()) + 600
+
+    def signed(path: str, signed_path: str) -> str:
+        sig = url_signature(SECRETS.signed_url_secret, signed_path, expires)
+        return f"/api/signed?{urlencode({'path': path, 'expires': expires, 'sig': sig})}"
+
+    for host in (TENANT_HOST, CUSTOM_DOMAIN):
+        for method in ("GET", "HEAD"):
+            short = await cdn.edge.request(method, signed("/v1/logos/own.png", f"/{OWN_FILE}"), headers={"Host": host})
+            full = await cdn.edge.request(method, signed(f"/{OWN_FILE}", f"/{OWN_FILE}"), headers={"Host": host})
+            assert (short.status, full.status) == (200, 200), (host, method)
+            assert short.headers["X-Signed-URL"] == "verified"
+            assert await short.read() == await full.read()
+        # The rival's file, signed for the rival and written short, on our host: the signature is not ours.
+        theirs = await cdn.edge.get(signed("/v1/logos/theirs.png", f"/{OTHER_FILE}"), headers={"Host": host})
+        assert theirs.status == 403 and "Invalid signature" in await theirs.text()
+        zoneless = await cdn.edge.get(signed("/v1/logos/own.png", "/v1/logos/own.png"), headers={"Host": host})
+        assert zoneless.status == 403 and "Invalid signature" in await zoneless.text()
+    # Our file's signature written short on the rival's host names the rival's file: refused.
+    ours = await cdn.edge.get(signed("/v1/logos/own.png", f"/{OWN_FILE}"), headers={"Host": f"{OTHER}.cdn.localhost"})
+    assert ours.status == 403
+    # On the default host /v1/... names no zone: not found, as its delivery.
+    bare = await cdn.edge.get(signed("/v1/logos/own.png", "/v1/logos/own.png"))
+    assert bare.status == 404
 
 
 @pytest.mark.parametrize("hit_path", [True, False], ids=["hit-path", "application-only"])
