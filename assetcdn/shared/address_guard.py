@@ -85,6 +85,8 @@ def _forms(ip: IPAddress) -> Iterable[IPAddress]:
 # Why a loopback address or name is refused, in every refusal of one: the services that take a target from an
 # operator (control's zone and webhook APIs) find it there, and name the setting that lets it through.
 LOOPBACK_REFUSED = "allowed only where a development setting allows it"
+# Why a public address is refused to plain http (a webhook in development): only https leaves this machine.
+HTTP_LOOPBACK_ONLY = "plain http is allowed only to loopback"
 
 
 def address_problem(address: str, *, allow_loopback: bool) -> str | None:
@@ -263,7 +265,7 @@ def check_address(address: str, *, allow_loopback: bool, loopback_only: bool = F
 def checked_kind(address: str, *, allow_loopback: bool, loopback_only: bool = False) -> str | None:
     """`check_address` without the address: what kind of address it is, when refused."""
     if loopback_only and not is_loopback(address):
-        return "not a loopback address (plain http is allowed only to loopback)"
+        return f"not a loopback address ({HTTP_LOOPBACK_ONLY})"
     return refused_kind(address, allow_loopback=allow_loopback)
 
 

@@ -17,6 +17,7 @@ from yarl import URL
 
 from assetcdn.control.webhooks.events import EVENT_TYPES
 from assetcdn.shared.address_guard import (
+    HTTP_LOOPBACK_ONLY,
     LOOPBACK_REFUSED,
     HostResolver,
     RefusedTarget,
@@ -115,5 +116,8 @@ async def check_target(url: URL, resolver: HostResolver, *, allow_loopback: bool
     except RefusedTarget as exc:
         hint = (" For a receiver on this machine, in development only, start control with [webhooks] allow_loopback"
                 " = true (ASSETCDN_WEBHOOKS_ALLOW_LOOPBACK=true)." if LOOPBACK_REFUSED in exc.message else "")
-        raise bad_request(f"The webhook URL is refused: {exc.message}. Deliveries go only to public addresses.{hint}",
-                          target="url", code="TargetRefused") from None
+        # A public address refused to plain http: https is what the caller changes, not the address.
+        why = (" Use https for a receiver that is not on this machine." if HTTP_LOOPBACK_ONLY in exc.message
+               else " Deliveries go only to public addresses.")
+        raise bad_request(f"The webhook URL is refused: {exc.message}.{why}{hint}", target="url",
+                          code="TargetRefused") from None

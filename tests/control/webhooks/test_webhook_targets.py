@@ -76,10 +76,13 @@ async def test_a_loopback_target_refused_names_the_setting_that_allows_it(strict
 
 async def test_plain_http_is_refused_for_non_loopback_even_in_development(control: TestClient,
                                                                           resolver: FakeResolver) -> None:
+    """Plain http goes to loopback only, so a public receiver is refused; the answer says to use https (it said
+    "Deliveries go only to public addresses" about a public address, which left the caller nothing to change)."""
     resolver.names["public.example.com"] = ["93.184.216.34"]
-    resp = await control.post("/api/webhooks", json={"url": "http://public.example.com/",
-                                                     "events": ["asset.created"]}, headers=ACCOUNT)
-    await expect_error(resp, 400, "TargetRefused")
+    for url in ("http://public.example.com/", "http://93.184.216.34/hook"):
+        resp = await control.post("/api/webhooks", json={"url": url, "events": ["asset.created"]}, headers=ACCOUNT)
+        message = (await expect_error(resp, 400, "TargetRefused"))["Message"]
+        assert "https" in message and "public addresses" not in message, message
 
 
 async def test_a_name_that_resolves_elsewhere_at_delivery_time_is_refused(control: TestClient, zone: str,
