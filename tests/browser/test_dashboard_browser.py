@@ -64,6 +64,12 @@ class Site:
                               # an attempt answered after the sender's timeout on a loaded machine comes again
 
 
+async def create_zone(site: Site, client: ClientSession) -> None:
+    """The zone ZONE, made through control's API (AccountKey)."""
+    resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+
+
 @pytest.fixture
 def shots(tmp_path: Path) -> Path:
     configured = os.environ.get("ASSETCDN_SCREENSHOTS_DIR")
@@ -648,8 +654,7 @@ async def test_a_new_folder_named_with_dots_is_refused_not_made_elsewhere(site: 
     """A browser resolves `.` and `..` in a URL's path before sending it, so the New folder dialog's `..` would write a
     folder one level up (and open it as `v1/..`). The Files view refuses such a name and writes nothing."""
     async with ClientSession() as client:
-        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
-        assert resp.status == 201, await resp.text()
+        await create_zone(site, client)
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     head = site.control.app[GIT].head_commit_id()
@@ -671,8 +676,7 @@ async def test_a_refused_folder_name_is_shown_in_the_dialog_with_the_name_kept(s
     """The New folder dialog refused by the API (a character a path may not hold) opens again with the name as typed
     and the API's reason in it, instead of closing and losing what was typed; corrected, the folder is made."""
     async with ClientSession() as client:
-        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
-        assert resp.status == 201, await resp.text()
+        await create_zone(site, client)
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     await open_view(page, base, f"files/{ZONE}/v1", "!!document.querySelector('#file-list tr[data-name=logos]')")
@@ -743,8 +747,7 @@ async def test_a_private_svg_is_previewed(site: Site, browser: DashboardBrowser)
     broken images. Both show the drawing."""
     svg = b'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20"><rect width="40" height="20" fill="#f60"/></svg>'
     async with ClientSession() as client:
-        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
-        assert resp.status == 201, await resp.text()
+        await create_zone(site, client)
         resp = await client.put(site.control.make_url(f"/api/storage/{ZONE}/v1/private/mark.svg"), data=svg,
                                 headers={**ACCESS, "Content-Type": "image/svg+xml"})
         assert resp.status == 201, await resp.text()
@@ -792,8 +795,7 @@ async def test_files_of_a_zone_not_listed_says_there_is_no_such_zone(site: Site,
     zone selected in the picker above an invitation to upload into the missing one; it says there is no such zone,
     offers no upload, and the picker selects none."""
     async with ClientSession() as client:
-        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
-        assert resp.status == 201, await resp.text()
+        await create_zone(site, client)
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     await open_view(page, base, "files/nosuch/v1", "!!document.getElementById('zone-picker')")
@@ -876,8 +878,7 @@ async def test_dialogs_answer_enter_and_escape(site: Site, browser: DashboardBro
     """Enter in a dialog's field did nothing (only a click on its button did); it now confirms, as a form's submit
     would, and a confirmation still needs what it asks to be typed. Escape cancels."""
     async with ClientSession() as client:
-        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
-        assert resp.status == 201, await resp.text()
+        await create_zone(site, client)
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     new_folder = "[...document.querySelectorAll('#dropzone button')].find(b => b.textContent === 'New folder').click()"
@@ -943,8 +944,7 @@ async def test_enter_in_a_confirmation_without_a_field_cancels(site: Site, brows
     """A deletion's confirmation opened with the focus on Delete, so Enter pressed once more (or held) on the row's
     Delete button deleted the file. The focus is on Cancel: Enter keeps the file; Delete is still a Tab away."""
     async with ClientSession() as client:
-        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
-        assert resp.status == 201, await resp.text()
+        await create_zone(site, client)
         resp = await client.put(site.control.make_url(f"/api/storage/{ZONE}/v1/logos/{IMAGE}"), data=png(32, 20),
                                 headers={**ACCESS, "Content-Type": "image/png"})
         assert resp.status == 201, await resp.text()
