@@ -39,15 +39,22 @@ MAX_EDGES = 4096  # edge workers taken from control's list
 # A timeout that fires more than this many seconds after it was due fired late: the edge's own loop did not
 # run meanwhile, and control's answer may have arrived unread. Far above a loaded loop's usual delay.
 LATE_TIMEOUT_S = 1.0
+# Control's answer to a call whose signature it does not take: a cluster secret that is not control's (an old one, a
+# typo), or a clock too far from control's for the signature's window (assetcdn/shared/cluster.py).
+REFUSED = 401
+REFUSED_HINT = ("control refuses this edge's signed calls (401): its cluster secret (ASSETCDN_CLUSTER_SECRET) is "
+                "not control's, or its clock is more than a minute from control's")
 
 
 class ControlUnavailable(Exception):
     """Control could not be reached or answered with a server error. `answered`: it did answer (a 5xx
     other than 502-504), so it is up, only failing this call."""
 
-    def __init__(self, message: str, *, answered: bool = False, slow: bool = False, late: bool = False) -> None:
+    def __init__(self, message: str, *, answered: bool = False, slow: bool = False, late: bool = False,
+                 refused: bool = False) -> None:
         super().__init__(message)
         self.answered = answered
+        self.refused = refused  # control answered 401: it does not take this edge's signature
         self.slow = slow  # it took a timeout to find out (hung or cut off, not refusing)
         self.late = late  # that timeout fired late (LATE_TIMEOUT_S): the edge's loop was not running
 
@@ -77,6 +84,10 @@ class ControlClient:
         # The live edge workers control last listed (register, heartbeat): (member name, cluster URL) pairs.
         self.edges: tuple[tuple[str, str], ...] = ()
         self._probing = 0  # background calls under way
+        # Why control refuses this edge's signed calls (REFUSED_HINT), from the second refusal in a row until a
+        # signed call is answered again; "" while it takes them. Such an edge learns of no purge: not reachable.
+        self.refused = ""
+        self._refusals = 0
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False,
@@ -94,7 +105,7 @@ class ControlClient:
         """Control has answered since this process started and is not known to be down: the breaker is not
         open, and calls to it have not been failing, with no answer between, for more than `within_s`. Time in
         which no call was made (this edge's loop did not run) is not counted against it."""
-        if self.breaker.state == "open" or not self.last_success:
+        if self.refused or self.breaker.state == "open" or not self.last_success:
             return False
         return self.failing_since is None or time.monotonic() - self.failing_since <= within_s
 
@@ -124,6 +135,8 @@ class ControlClient:
                 data = await resp.read()
                 if resp.status == 404:
                     raise NotFoundAtControl(path_qs)
+                if resp.status == REFUSED:  # counted as a failure: control is there, but this edge is cut off
+                    raise ControlUnavailable(f"{REFUSED_HINT} (to {path_qs})", refused=True)
                 if resp.status != 200:
                     raise ControlUnavailable(f"control answered {resp.status} to {path_qs}",
                                              answered=resp.status not in GATEWAY_FAILURES)
@@ -179,8 +192,10 @@ class ControlClient:
             raise
         except NotFoundAtControl:
             self._answered()
+            self._signature_taken()
             raise
         self._answered()
+        self._signature_taken()
         return data
 
     def failed_call(self, exc: ControlUnavailable, asked_at: float) -> None:
@@ -189,6 +204,8 @@ class ControlClient:
         if exc.answered:
             self._answered()
             return
+        if exc.refused:
+            self._refused()
         self.last_error = str(exc)
         # A call that failed while another one got an answer says control is slow, not down: only
         # failures newer than the last answer count towards opening the breaker.
@@ -196,6 +213,20 @@ class ControlClient:
             self.breaker.failed(slow=exc.slow)
             if self.failing_since is None:
                 self.failing_since = asked_at
+
+    def _refused(self) -> None:
+        """A signed call answered 401. The second in a row (one may be a replayed nonce: a request sent again on a
+        kept connection) makes this edge unreachable for control until a signed call is answered, said once."""
+        self._refusals += 1
+        if self._refusals >= 2 and not self.refused:
+            self.refused = REFUSED_HINT
+            log.error("%s; this edge learns of no purge or change until it is given control's", REFUSED_HINT)
+
+    def _signature_taken(self) -> None:
+        if self.refused:
+            log.warning("control takes this edge's signed calls again")
+        self.refused = ""
+        self._refusals = 0
 
     def heard_from(self) -> None:
         """Control reached this edge (a signed push), or answered a call forwarded to it (assetcdn/edge/proxy.py):

@@ -62,7 +62,7 @@ async def health(request: web.Request) -> web.Response:
     else:
         control_check["healthy"] = node.control_reachable()
         if not control_check["healthy"]:
-            control_check["error"] = "control is not answering this edge's calls"
+            control_check["error"] = node.control.refused or "control is not answering this edge's calls"
     control_check.update(node.sync_status())  # breaker state and this edge's lag behind control
     checks.append(control_check)
     checks.append(await counters_check(request.app[COUNTERS], deep=deep))
