@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from tests.integration.harness import METRICS, free_port_block, up_env
+from tests.integration.harness import METRICS, RunningCdn, free_port_block, up_env
 
 T = TypeVar("T")
 CHUNK = 64 * 1024
@@ -156,3 +156,19 @@ async def wait_healthy(session: aiohttp.ClientSession, url: str, timeout_s: floa
         return body if status == 200 else None
 
     return await poll(probe, timeout_s=timeout_s, what=f"{url} healthy", interval_s=0.2)
+
+
+async def wait_control_restarted(session: aiohttp.ClientSession, cdn: RunningCdn, old_pids: list[int]) -> None:
+    """Until `assetcdn up` has started control again (a process other than `old_pids`) and it answers its health."""
+    deadline = time.monotonic() + 60
+    while True:
+        pids = cdn.pids("-m assetcdn.control")
+        if pids and not set(pids) & set(old_pids):
+            try:
+                async with session.get(f"{cdn.control_url}/api/health") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+        assert time.monotonic() < deadline, "control did not come back"
+        await asyncio.sleep(0.2)

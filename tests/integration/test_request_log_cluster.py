@@ -14,6 +14,7 @@ import aiohttp
 import orjson
 import pytest
 
+from tests.integration.faults import wait_control_restarted
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, start_cdn
 
 pytestmark = pytest.mark.integration
@@ -53,21 +54,6 @@ async def get_with_id(session: aiohttp.ClientSession, url: str) -> tuple[str, in
         await resp.read()
         assert resp.headers["X-Request-ID"] == request_id
         return request_id, resp.status, resp.headers.get("X-Cache", "")
-
-
-async def wait_control_restarted(session: aiohttp.ClientSession, cdn: RunningCdn, old_pids: list[int]) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        pids = cdn.pids("-m assetcdn.control")
-        if pids and not set(pids) & set(old_pids):
-            try:
-                async with session.get(f"{cdn.control_url}/api/health") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-        assert time.monotonic() < deadline, "control did not come back"
-        await asyncio.sleep(0.2)
 
 
 async def test_every_edge_delivery_is_listed_and_survives_a_control_restart(cdn: RunningCdn) -> None:

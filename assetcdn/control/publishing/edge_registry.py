@@ -2,15 +2,22 @@
 
 Pushes to one edge are serialised (so generations arrive in order) and at-least-once: an edge that
 misses one catches up by itself. Every acknowledgement is recorded with its latency.
+
+The list is kept in a file of control's data directory (`edges.json`, written at most every SAVE_EVERY_S), so that
+control started again knows the edges that were live before it stopped: until each calls again (at most a heartbeat
+away) they are pushed to and counted, and a purge made meanwhile names one that does not acknowledge it as pending
+rather than leaving it out of its answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -21,6 +28,7 @@ from assetcdn.shared.timestamps import utc_now_iso
 
 log = logging.getLogger(__name__)
 PUSH_TIMEOUT_S = 5.0
+SAVE_EVERY_S = 1.0  # the list's file is written at most this often: a kill loses at most this much of last_seen
 
 
 @dataclass
@@ -64,15 +72,19 @@ LatencyObserver = Callable[[str, str, float], None]
 
 class EdgeRegistry:
     def __init__(self, cluster_secret: str, edge_timeout_s: float,
-                 observe: LatencyObserver | None = None) -> None:
+                 observe: LatencyObserver | None = None, path: Path | None = None) -> None:
         self._secret = cluster_secret
         self._timeout_s = edge_timeout_s
         self._observe = observe or (lambda kind, edge, seconds: None)
         self.edges: dict[str, RegisteredEdge] = {}
         self._session: aiohttp.ClientSession | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._path = path  # where the list is kept across restarts; None: not kept
+        self._saved_at = 0.0  # monotonic
+        self._save_later: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
+        self._load()
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PUSH_TIMEOUT_S))
 
     async def close(self) -> None:
@@ -83,6 +95,54 @@ class EdgeRegistry:
         await asyncio.gather(*pending, return_exceptions=True)
         if self._session:
             await self._session.close()
+        if self._save_later is not None:
+            self._save_later.cancel()
+            self._save()
+
+    def _load(self) -> None:
+        """The edges that were live when the list was last written (their last contact within the timeout)."""
+        if self._path is None:
+            return
+        try:
+            saved = orjson.loads(self._path.read_bytes())
+        except FileNotFoundError:
+            return
+        except (OSError, orjson.JSONDecodeError) as exc:
+            log.warning("the list of edges in %s cannot be read (%s); edges register again", self._path, exc)
+            return
+        now = time.time()
+        for entry in saved if isinstance(saved, list) else []:
+            try:
+                name, url, last_seen = entry["name"], entry["url"], float(entry["lastSeen"])
+                node = RegisteredEdge(name, url, str(entry["registeredAt"]), last_seen, int(entry["generation"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+            if isinstance(name, str) and isinstance(url, str) and now - last_seen <= self._timeout_s:
+                self.edges[name] = node
+
+    def _touched(self) -> None:
+        """An edge registered, called or acknowledged: the list's file is written now, or within SAVE_EVERY_S."""
+        if self._path is None or self._save_later is not None:
+            return
+        wait = self._saved_at + SAVE_EVERY_S - time.monotonic()
+        if wait <= 0:
+            self._save()
+        else:
+            self._save_later = asyncio.get_running_loop().call_later(wait, self._save)
+
+    def _save(self) -> None:
+        self._save_later = None
+        self._saved_at = time.monotonic()
+        if self._path is None:
+            return
+        listed = [{"name": e.name, "url": e.url, "registeredAt": e.registered_at, "lastSeen": e.last_seen,
+                   "generation": e.generation} for e in self.edges.values()]
+        tmp = self._path.with_name(f"{self._path.name}.tmp")
+        try:
+            tmp.write_bytes(orjson.dumps(listed))
+            os.replace(tmp, self._path)
+        except OSError as exc:  # control goes on; only a restart's knowledge of the edges is lost
+            log.warning("the list of edges cannot be written to %s: %s", self._path, exc)
 
     def register(self, name: str, url: str, generation: int) -> RegisteredEdge:
         node = self.edges.get(name)
@@ -91,6 +151,7 @@ class EdgeRegistry:
             self.edges[name] = node
         node.last_seen = time.time()
         node.generation = generation
+        self._touched()
         return node
 
     def heartbeat(self, name: str, generation: int) -> bool:
@@ -99,6 +160,7 @@ class EdgeRegistry:
             return False
         node.last_seen = time.time()
         node.generation = max(node.generation, generation)
+        self._touched()
         return True
 
     def live_edges(self) -> list[RegisteredEdge]:
@@ -129,6 +191,7 @@ class EdgeRegistry:
             node.last_ack_at = utc_now_iso()
             if "generation" in reply:
                 node.generation = max(node.generation, int(reply["generation"]))
+            self._touched()
             self._observe(kind, node.name, seconds)
             return reply
 

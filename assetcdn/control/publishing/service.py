@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import SECRETS, SETTINGS
+from assetcdn.control.app_keys import DATA_DIR, SECRETS, SETTINGS
 from assetcdn.control.publishing.edge_registry import EdgeRegistry
 from assetcdn.control.publishing.publisher import Publisher
 from assetcdn.control.storage.service import EDGE_CONFIG, GIT, MANIFEST
@@ -16,6 +16,7 @@ from assetcdn.shared.metrics import METRICS
 
 REGISTRY = web.AppKey("registry", EdgeRegistry)
 PUBLISHER = web.AppKey("publisher", Publisher)
+EDGES_FILE = "edges.json"  # the edges control knows, kept across its restarts (assetcdn/control/publishing/edge_registry.py)
 
 
 @contextlib.asynccontextmanager
@@ -24,7 +25,8 @@ async def publishing_context(app: web.Application) -> AsyncIterator[None]:
     metrics = app[METRICS]
     registry = EdgeRegistry(
         app[SECRETS].cluster_secret, settings.get("control", "edge_timeout_s"),
-        observe=lambda kind, edge, seconds: metrics.propagation_seconds.labels(kind, edge).observe(seconds))
+        observe=lambda kind, edge, seconds: metrics.propagation_seconds.labels(kind, edge).observe(seconds),
+        path=app[DATA_DIR] / EDGES_FILE)
     await registry.start()
     try:
         publisher = Publisher(app[GIT], app[MANIFEST], registry, app[EDGE_CONFIG],
