@@ -266,9 +266,10 @@ class ControlClient:
         return self._saw_generation(orjson.loads(await self._request(
             "POST", "/register", {"name": name, "url": url, "generation": generation}, probe=True)))
 
-    async def heartbeat(self, name: str, generation: int) -> dict[str, Any]:
-        return self._saw_generation(orjson.loads(await self._request(
-            "POST", "/heartbeat", {"name": name, "generation": generation}, probe=True)))
+    async def heartbeat(self, name: str, generation: int, url: str = "") -> dict[str, Any]:
+        """`url`: the cluster address this worker registered, by which control tells two edges that share a name."""
+        message: dict[str, Any] = {"name": name, "generation": generation, **({"url": url} if url else {})}
+        return self._saw_generation(orjson.loads(await self._request("POST", "/heartbeat", message, probe=True)))
 
     async def changes_since(self, generation: int) -> GenerationPush:
         """Control's catch-up answer, decoded once here (GenerationPushError on a malformed one)."""
@@ -330,7 +331,7 @@ async def run_sync_loop(client: ControlClient, *, name: str, url: str, get_gener
                 registered = True
             await catch_up()
             if time.monotonic() - last_heartbeat >= heartbeat_s:
-                reply = await client.heartbeat(name, get_generation())
+                reply = await client.heartbeat(name, get_generation(), url)
                 last_heartbeat = time.monotonic()
                 if not reply.get("known"):
                     registered = False  # control restarted and forgot us

@@ -29,6 +29,7 @@ from assetcdn.shared.timestamps import utc_now_iso
 log = logging.getLogger(__name__)
 PUSH_TIMEOUT_S = 5.0
 SAVE_EVERY_S = 1.0  # the list's file is written at most this often: a kill loses at most this much of last_seen
+SHARED_NAME_WARNING_S = 60.0  # two edges sharing a name are warned of at most this often per name
 
 
 @dataclass
@@ -82,6 +83,7 @@ class EdgeRegistry:
         self._path = path  # where the list is kept across restarts; None: not kept
         self._saved_at = 0.0  # monotonic
         self._save_later: asyncio.TimerHandle | None = None
+        self._shared_warned: dict[str, float] = {}  # name -> when control last warned that two edges share it
 
     async def start(self) -> None:
         self._load()
@@ -154,14 +156,27 @@ class EdgeRegistry:
         self._touched()
         return node
 
-    def heartbeat(self, name: str, generation: int) -> bool:
+    def heartbeat(self, name: str, generation: int, url: str = "") -> bool:
+        """`url`: the address the edge worker registered (edges older than it send none). Another than the one
+        registered under its name means two edges share that name: one registered it after the other, which is now
+        pushed nothing (it catches up on its own) and takes itself for the shield of the other's pull zone paths.
+        Which one is meant is the operator's to say: control warns and goes on as before."""
         node = self.edges.get(name)
         if node is None:
             return False
+        if url and url.rstrip("/") != node.url:
+            self._shared_name(name, url.rstrip("/"), node.url)
         node.last_seen = time.time()
         node.generation = max(node.generation, generation)
         self._touched()
         return True
+
+    def _shared_name(self, name: str, heard: str, registered: str) -> None:
+        now = time.monotonic()
+        if now - self._shared_warned.get(name, -SHARED_NAME_WARNING_S) >= SHARED_NAME_WARNING_S:
+            self._shared_warned[name] = now
+            log.warning("two edges share the name %s: one at %s, the other registered at %s since; only the latter "
+                        "is pushed to. Give each edge a name of its own (--name)", name, heard, registered)
 
     def live_edges(self) -> list[RegisteredEdge]:
         now = time.time()

@@ -104,7 +104,9 @@ async def register(request: web.Request) -> web.Response:
 
 async def heartbeat(request: web.Request) -> web.Response:
     message = _message(request)
-    known = request.app[REGISTRY].heartbeat(str(message.get("name")), int(message.get("generation", 0)))
+    url = message.get("url")
+    known = request.app[REGISTRY].heartbeat(str(message.get("name")), int(message.get("generation", 0)),
+                                            url if isinstance(url, str) else "")
     return json_response({"known": known, "generation": request.app[MANIFEST].generation, "edges": fleet(request)})
 
 
