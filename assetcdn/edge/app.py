@@ -217,7 +217,8 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]),
                                 client_keepalive_s(settings),
                                 probe_timeout_s=float(edge["control_probe_timeout_s"]),
-                                breaker=CircuitBreaker(int(edge["breaker_failures"]), float(edge["breaker_open_s"])))
+                                breaker=CircuitBreaker(int(edge["breaker_failures"]), float(edge["breaker_open_s"])),
+                                signed_url_secret=secrets.signed_url_secret)
         await control.start()
         opened.push_async_callback(control.close)
         node = EdgeNode(settings, identity.member, control, cache, identity.cache_dir, app[METRICS], stores)

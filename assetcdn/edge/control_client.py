@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import random
 import time
@@ -30,6 +31,7 @@ from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.shared.cluster import PREFIX, PROTOCOL_VERSION, sign_request
 from assetcdn.shared.generation_push import GenerationPush
 from assetcdn.shared.published_config import PublishedConfig
+from assetcdn.shared.secrets import secret_fingerprint
 from assetcdn.shared.tls_state import TLS_STATE_PATH
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,8 @@ LATE_TIMEOUT_S = 1.0
 REFUSED = 401
 REFUSED_HINT = ("control refuses this edge's signed calls (401): its cluster secret (ASSETCDN_CLUSTER_SECRET) is "
                 "not control's, or its clock is more than a minute from control's")
+SIGNED_URL_DIFFERS = ("this edge's signed-URL secret (ASSETCDN_SIGNED_URL_SECRET) is not control's: the URLs signed "
+                      "with control's are refused here (403)")
 
 
 class ControlUnavailable(Exception):
@@ -65,7 +69,8 @@ class NotFoundAtControl(Exception):
 
 class ControlClient:
     def __init__(self, control_url: str, cluster_secret: str, timeout_s: float, keepalive_s: float = 15.0, *,
-                 probe_timeout_s: float = 2.0, breaker: CircuitBreaker | None = None) -> None:
+                 probe_timeout_s: float = 2.0, breaker: CircuitBreaker | None = None,
+                 signed_url_secret: str | None = None) -> None:
         self.control_url = control_url.rstrip("/")
         self._secret = cluster_secret
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(timeout_s, 2.0))
@@ -88,6 +93,11 @@ class ControlClient:
         # signed call is answered again; "" while it takes them. Such an edge learns of no purge: not reachable.
         self.refused = ""
         self._refusals = 0
+        # This edge's signed-URL secret as control's registration answer names it (secret_fingerprint), and
+        # SIGNED_URL_DIFFERS while control's is another; "" while they are the same, or not compared.
+        self._signed_url = (secret_fingerprint(cluster_secret, "signed_url_secret", signed_url_secret)
+                            if signed_url_secret is not None else None)
+        self.secrets_differ = ""
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False,
@@ -263,8 +273,20 @@ class ControlClient:
         return reply
 
     async def register(self, name: str, url: str, generation: int) -> dict[str, Any]:
-        return self._saw_generation(orjson.loads(await self._request(
+        reply = self._saw_generation(orjson.loads(await self._request(
             "POST", "/register", {"name": name, "url": url, "generation": generation}, probe=True)))
+        self._compare_secrets(reply.get("secrets"))
+        return reply
+
+    def _compare_secrets(self, theirs: object) -> None:
+        """Whether the secrets control names in its registration answer are this edge's; said once (a control older
+        than this names none)."""
+        if self._signed_url is None or not isinstance(theirs, dict) or "signed_url_secret" not in theirs:
+            return
+        differs = not hmac.compare_digest(str(theirs["signed_url_secret"]), self._signed_url)
+        if differs and not self.secrets_differ:
+            log.error("%s; give it the one in control's secrets.env", SIGNED_URL_DIFFERS)
+        self.secrets_differ = SIGNED_URL_DIFFERS if differs else ""
 
     async def heartbeat(self, name: str, generation: int, url: str = "") -> dict[str, Any]:
         """`url`: the cluster address this worker registered, by which control tells two edges that share a name."""

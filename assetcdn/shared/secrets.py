@@ -36,6 +36,13 @@ def secret_matches(supplied: str | None, expected: str) -> bool:
     return bool(supplied) and bool(expected) and hmac.compare_digest(field_bytes(supplied or ""), expected.encode())
 
 
+def secret_fingerprint(cluster_secret: str, name: str, value: str) -> str:
+    """What control tells an edge of one of the secrets they must share (`name`: its Secrets field), and the edge
+    compares with its own: an HMAC under the cluster secret, which says whether the two are equal and nothing of
+    either to anyone without the cluster secret."""
+    return hmac.new(cluster_secret.encode(), f"assetcdn-secret:{name}:{value}".encode(), "sha256").hexdigest()
+
+
 @dataclass(frozen=True)
 class Secrets:
     access_key: str

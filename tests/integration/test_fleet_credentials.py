@@ -1,7 +1,8 @@
 """An edge of a fleet started again with a cluster secret that is not control's (an old one, a typo): control refuses
 every call it signs (401), so it learns of no purge and no overwrite. It must not pass for current: what it holds
 from before is served as it is when control cannot be reached (STALE, not HIT), its health says why it is not
-healthy, and its log says so once, without the secret (assetcdn/edge/control_client.py)."""
+healthy, and its log says so once, without the secret (assetcdn/edge/control_client.py). An edge whose signed-URL
+secret is not control's refuses the URLs signed with control's (403): its health and log say so too."""
 
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ from tests.integration.faults import (
     start_edge,
     wait_healthy,
 )
-from tests.integration.harness import ACCESS, ACCOUNT, PURGE, RunningCdn, start_cdn
+from tests.integration.harness import ACCESS, ACCOUNT, KEYS, PURGE, RunningCdn, start_cdn
 
 pytestmark = pytest.mark.integration
 
 WRONG_SECRET = "not-the-cluster-secret"
+WRONG_SIGNED_URL_SECRET = "not-the-signed-url-secret"
 PATH = "/creds/v1/logos/file.txt"
 
 
@@ -84,3 +86,22 @@ async def test_an_edge_with_a_wrong_cluster_secret_serves_nothing_as_current_and
     log = edge.log_path.read_text()
     assert "cluster secret" in log and "ERROR" in log
     assert WRONG_SECRET not in log
+
+
+async def test_an_edge_with_another_signed_url_secret_says_so(cdn: RunningCdn, tmp_path: Path) -> None:
+    edge = start_edge(cdn.data_dir, tmp_path, name="edge-signed", control_url=cdn.control_url,
+                      env_extra={"ASSETCDN_SIGNED_URL_SECRET": WRONG_SIGNED_URL_SECRET})
+    try:
+        async with aiohttp.ClientSession() as session:
+            async def says_why() -> dict | None:
+                status, body = await health(session, edge.url)
+                check = control_check(body)
+                return check if status == 503 and "signed-URL secret" in check.get("error", "") else None
+
+            check = await poll(says_why, timeout_s=30, what="edge-signed's health names its signed-URL secret")
+            assert check["healthy"] is False
+    finally:
+        edge.stop()
+    log = edge.log_path.read_text()
+    assert "signed-URL secret" in log and "ERROR" in log
+    assert WRONG_SIGNED_URL_SECRET not in log and KEYS["ASSETCDN_SIGNED_URL_SECRET"] not in log

@@ -31,6 +31,7 @@ from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.generation_push import GenerationPush
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.request_body import KB, abandon_body, read_hashed
+from assetcdn.shared.secrets import secret_fingerprint
 
 CLUSTER_BODY = web.RequestKey("cluster_body", bytes)
 # Nonces control has accepted (set by `assetcdn.control.app.create_app`; control is one process).
@@ -96,10 +97,12 @@ async def register(request: web.Request) -> web.Response:
     if not isinstance(name, str) or not isinstance(url, str):
         raise bad_request("register needs 'name' and 'url'.", code="InvalidBody")
     request.app[REGISTRY].register(name, url, int(message.get("generation", 0)))
-    settings = request.app[SETTINGS]
+    settings, secrets = request.app[SETTINGS], request.app[SECRETS]
+    # The edge compares it with its own signed-URL secret's (assetcdn/edge/control_client.py `SIGNED_URL_DIFFERS`).
+    signed = secret_fingerprint(secrets.cluster_secret, "signed_url_secret", secrets.signed_url_secret)
     return json_response({"generation": request.app[MANIFEST].generation,
                           "heartbeat_s": settings.get("edge", "heartbeat_interval_s"),
-                          "edges": fleet(request)})
+                          "edges": fleet(request), "secrets": {"signed_url_secret": signed}})
 
 
 async def heartbeat(request: web.Request) -> web.Response:

@@ -63,6 +63,8 @@ async def health(request: web.Request) -> web.Response:
         control_check["healthy"] = node.control_reachable()
         if not control_check["healthy"]:
             control_check["error"] = node.control.refused or "control is not answering this edge's calls"
+    if node.control.secrets_differ:  # control answers, but this edge refuses what control's secrets signed
+        control_check.update(healthy=False, error=node.control.secrets_differ)
     control_check.update(node.sync_status())  # breaker state and this edge's lag behind control
     checks.append(control_check)
     checks.append(await counters_check(request.app[COUNTERS], deep=deep))
