@@ -29,7 +29,7 @@ from assetcdn.shared.timestamps import utc_now_iso
 log = logging.getLogger(__name__)
 PUSH_TIMEOUT_S = 5.0
 SAVE_EVERY_S = 1.0  # the list's file is written at most this often: a kill loses at most this much of last_seen
-SHARED_NAME_WARNING_S = 60.0  # two edges sharing a name are warned of at most this often per name
+SHARED_NAME_WARNING_S = 60.0  # two edges sharing a name or an address are warned of at most this often per each
 
 
 @dataclass
@@ -83,7 +83,8 @@ class EdgeRegistry:
         self._path = path  # where the list is kept across restarts; None: not kept
         self._saved_at = 0.0  # monotonic
         self._save_later: asyncio.TimerHandle | None = None
-        self._shared_warned: dict[str, float] = {}  # name -> when control last warned that two edges share it
+        # name or address -> when control last warned that two edges share it (`_shared_name`, `_shared_address`)
+        self._shared_warned: dict[str, float] = {}
 
     async def start(self) -> None:
         self._load()
@@ -151,6 +152,7 @@ class EdgeRegistry:
         if node is None or node.url != url:
             node = RegisteredEdge(name, url.rstrip("/"), utc_now_iso(), time.time(), generation)
             self.edges[name] = node
+            self._shared_address(node)
         node.last_seen = time.time()
         node.generation = generation
         self._touched()
@@ -177,6 +179,21 @@ class EdgeRegistry:
             self._shared_warned[name] = now
             log.warning("two edges share the name %s: one at %s, the other registered at %s since; only the latter "
                         "is pushed to. Give each edge a name of its own (--name)", name, heard, registered)
+
+    def _shared_address(self, node: RegisteredEdge) -> None:
+        """Warn when a live edge of another name is registered at the address `node` registered: the pushes for one
+        reach the other, which refuses them (they name their edge), so one of the two is pending in every answer and
+        only catches up on its own; its shield requests reach the other. A copied --advertise-host, or an edge
+        started again under a new name at its fixed cluster port (the old name lapses after the timeout)."""
+        now = time.time()
+        others = [e.name for e in self.edges.values()
+                  if e.url == node.url and e.name != node.name and now - e.last_seen <= self._timeout_s]
+        warned = self._shared_warned.get(node.url, -SHARED_NAME_WARNING_S)
+        if others and time.monotonic() - warned >= SHARED_NAME_WARNING_S:
+            self._shared_warned[node.url] = time.monotonic()
+            log.warning("edge worker %s registered at %s, where %s is registered too: control's pushes for one reach "
+                        "the other, which refuses them. Give each edge its own address (--advertise-host, "
+                        "edge.cluster_port)", node.name, node.url, ", ".join(sorted(others)))
 
     def live_edges(self) -> list[RegisteredEdge]:
         now = time.time()
