@@ -826,10 +826,12 @@ class HitProtocol(asyncio.Protocol):
         progress = Progress()
         drain = self.drain
         self.busy = True  # a write that empties the transport resumes it: no answer may start in between
-        while views and not drain.full(transport):
+        while views and not drain.full(transport) and not drain.gone(transport):
             view = views[0]
             piece = view[:TLS_PIECE]
             transport.write(piece)
+            if drain.gone(transport):  # the socket failed this write: none of it was sent (`_write_views` ends it)
+                break
             progress.wrote(len(piece), drain.held(transport))
             if len(view) > TLS_PIECE:
                 views[0] = view[TLS_PIECE:]
