@@ -1,7 +1,8 @@
 """A mutation's way out: one commit, a new manifest generation, a push to every edge.
 
-The response of a mutation waits (bounded) for the edges' acknowledgements, so EdgeStatus and
-EdgeNote report what really happened instead of promising a deployment window.
+The response of a mutation waits (bounded) for the edges' acknowledgements, so EdgeNote reports what
+really happened instead of promising a deployment window (EdgeStatus names the kind of change only:
+`purging` when cached copies of replaced or removed files go, else `pending`, whatever the edges acknowledged).
 
 Every mutation's webhook events go into the outbox in the transaction of its manifest generation
 (see ``control.webhooks.outbox`` for why a commit's events survive a kill -9).
