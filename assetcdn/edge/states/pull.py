@@ -144,8 +144,9 @@ CONDITION_NAMES = frozenset(name.lower() for name in CLIENT_CONDITIONS)
 # request id (a shield's answer carries the shield's; every answer carries this edge's, the one it logs).
 NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", "keep-alive", "date", "x-request-id"))
 # A whole 200 that is stored says what its hits say (`deliver`): this edge answers a byte range of the URL from the
-# stored copy, whatever the origin said of its own (nothing, `none`), so the MISS that fills it says so too
-# (`client_headers`' `ranges`): a player deciding from its first answer whether it may seek gets the same head.
+# stored copy, whatever the origin said of its own (nothing, `none`), so the MISS that fills it says so too, and so
+# do its 304s and 416s (`client_headers`' `ranges`): a player deciding from its first answer whether it may seek gets
+# the same head, and a browser updating its stored head from a 304 (RFC 9111 4.3.4) keeps `bytes`.
 NOT_DELIVERED_RANGED = NOT_DELIVERED | {"accept-ranges"}
 ACCEPT_RANGES = ("Accept-Ranges", "bytes")
 # Whether a pull zone's answer goes out on the edges' default host (`/<zone>/...`: serve_pull's `prefix`), the
@@ -1715,8 +1716,9 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     FileNotFoundError, before anything is sent, when its body file went since the lookup (purged, evicted)."""
     now = time.time()
     age = int(stored.freshness.age(now))
+    # A stored 200's every answer (its 304, 206 and 416 too) says the Accept-Ranges its 200 says, not the origin's.
     headers = client_headers(stored.headers, x_cache, cache_status, age, shared_host=request.get(SHARED_HOST, True),
-                             cookie_host=request.get(COOKIE_HOST, ""))
+                             cookie_host=request.get(COOKIE_HOST, ""), ranges=stored.status == 200)
     obj = stored.obj
     if from_edge(request):
         withheld = withheld_tags(stored)
@@ -1746,8 +1748,6 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
         if parsed is not None:
             status, (start, end) = 206, parsed
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{obj.size}"
-    if stored.status == 200:
-        headers["Accept-Ranges"] = "bytes"
     if obj.body is not None and request.method != "HEAD":
         return web.Response(status=status, headers=headers, body=obj.body[start:end])
     response = web.StreamResponse(status=status, headers=headers)
