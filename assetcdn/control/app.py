@@ -76,6 +76,7 @@ from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
 from assetcdn.shared.counter_store import counters_from_settings
 from assetcdn.shared.dashboard_url import dashboard_url
+from assetcdn.shared.http_server import HANDLER_ARGS
 from assetcdn.shared.limits import (
     analytics_track_per_client,
     chat_per_client,
@@ -256,7 +257,8 @@ async def _end_log_streams(app: web.Application) -> None:
 
 def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bool = False) -> web.Application:
     max_upload = settings.get("control", "max_upload_bytes")
-    app = web.Application(client_max_size=max_upload + 1024 * 1024)
+    app = web.Application(client_max_size=max_upload + 1024 * 1024,
+                          handler_args=HANDLER_ARGS)  # aiohttp's head limits (assetcdn/shared/http_server.py)
     app[REQUEST_LOG] = RequestLog(max_records=settings.get("logs", "max_records"),
                                   retention_days=settings.get("logs", "retention_days"))
     app.middlewares.append(request_log_middleware)  # outermost: sees every final status

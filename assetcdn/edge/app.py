@@ -50,7 +50,7 @@ from assetcdn.shared.config import Settings
 from assetcdn.shared.cors import cross_origin
 from assetcdn.shared.counter_store import counters_from_settings
 from assetcdn.shared.host_url import host_url
-from assetcdn.shared.http_server import client_keepalive_s
+from assetcdn.shared.http_server import HANDLER_ARGS, client_keepalive_s
 from assetcdn.shared.metrics import (
     METRICS,
     METRICS_KEY,
@@ -137,7 +137,7 @@ class EdgeIdentity:
 
 
 def create_cluster_app(node_app: web.Application) -> web.Application:
-    app = web.Application(client_max_size=16 * 1024 * 1024)
+    app = web.Application(client_max_size=16 * 1024 * 1024, handler_args=HANDLER_ARGS)
     # Counted beside the public site's requests, under their own routes (other edges' shield requests, control's
     # pushes), with the status the caller gets.
     app.middlewares.append(metrics_middleware)
@@ -179,7 +179,8 @@ async def _on_delivery_response(request: web.Request, response: web.StreamRespon
 
 
 def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> web.Application:
-    app = web.Application(client_max_size=settings.get("control", "max_upload_bytes") + 1024 * 1024)
+    app = web.Application(client_max_size=settings.get("control", "max_upload_bytes") + 1024 * 1024,
+                          handler_args=HANDLER_ARGS)  # aiohttp's head limits (assetcdn/shared/http_server.py)
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     https_port = int(settings.get("tls", "https_port"))
     if policy.redirects_plain_http(settings):

@@ -1,4 +1,4 @@
-"""How both processes serve HTTP: a deadline for request heads, and the product's name in `Server`.
+"""How both processes serve HTTP: a deadline and limits for request heads, and the product's name in `Server`.
 
 Body deadlines and limits are per request (assetcdn/shared/request_body.py); this is what the server itself
 is started with.
@@ -34,13 +34,35 @@ def name_the_server() -> None:
     web_response.SERVER_SOFTWARE = SERVER_NAME
 
 
+# What aiohttp's parser reads of a request line and of a header field (its name and value), set on every application
+# of both processes (`HANDLER_ARGS`, aiohttp's `handler_args`): aiohttp's default of 8190 for the request line, one
+# byte less for a field. Its parsers (C and Python) raise the same LineTooLong for either, naming the limit passed (its
+# second argument): the two limits differing, that tells a URL too long (414) from a field (431).
+MAX_REQUEST_LINE = 8190
+MAX_FIELD = 8189
+HANDLER_ARGS: dict[str, Any] = {"max_line_size": MAX_REQUEST_LINE, "max_field_size": MAX_FIELD}
+# (status, code, message) of a request line or a header field past its limit, by the limit. (Named here: `HTTPStatus`
+# calls 414 "Request-URI Too Long" before Python 3.13.)
+_TOO_LONG = {
+    MAX_REQUEST_LINE: (414, "URITooLong", f"414 URI Too Long: the request's URL is longer than the {MAX_REQUEST_LINE} "
+                                          "bytes the server reads."),
+    MAX_FIELD: (431, "RequestHeaderFieldsTooLarge", f"431 Request Header Fields Too Large: a header field is longer "
+                                                    f"than the {MAX_FIELD} bytes the server reads (its name and value "
+                                                    "together)."),
+}
+
 _AIOHTTP_ERROR_PAGE = web_protocol.RequestHandler.handle_error
 
 
-def _unread_path(request: web_request.BaseRequest, exc: BaseException | None) -> str:
+def _too_long(exc: BaseException | None) -> tuple[int, str, str] | None:
+    """(414 or 431, its code and message) for aiohttp's refusal of a request line or a header field past its limit."""
+    return _TOO_LONG.get(exc.args[1]) if isinstance(exc, LineTooLong) and len(exc.args) > 1 else None
+
+
+def _unread_path(request: web_request.BaseRequest, exc: BaseException | None, status: int) -> str:
     """The path the client asked for, as far as it was read. A request line over the limit never became a
     request (aiohttp then passes a placeholder for `/`), but its error quotes the target's first 100 bytes."""
-    if isinstance(exc, LineTooLong) and isinstance(exc.args[0], (bytes, bytearray)) \
+    if status == 414 and isinstance(exc, LineTooLong) and isinstance(exc.args[0], (bytes, bytearray)) \
             and exc.args[0].startswith(b"/"):
         return bytes(exc.args[0]).decode("latin-1").partition("?")[0]
     return request.path
@@ -51,7 +73,12 @@ def _json_error_page(self: web_protocol.RequestHandler, request: web_request.Bas
     """aiohttp's own answer to a request it could not read (bad request line, oversize head, a crash
     before any handler), in the standard envelope with nosniff: its default is text, or HTML when the
     client asks for it, and may quote the request back. A 4xx is the client's fault and is logged at
-    DEBUG: aiohttp's ERROR with a traceback per request let any stranger flood the logs."""
+    DEBUG: aiohttp's ERROR with a traceback per request let any stranger flood the logs. aiohttp answers every
+    unreadable head 400; a request line past its limit is 414 URI Too Long (RFC 9110 15.5.15) here, a header field
+    past its limit 431 Request Header Fields Too Large (RFC 6585 5)."""
+    too_long = _too_long(exc) if status == 400 else None
+    if too_long is not None:
+        status = too_long[0]
     if status >= 500:
         _AIOHTTP_ERROR_PAGE(self, request, status, exc, message)  # its logging and its already-sent check
     else:
@@ -60,12 +87,15 @@ def _json_error_page(self: web_protocol.RequestHandler, request: web_request.Bas
             raise ConnectionError("Response is sent already, cannot send another response with the error message")
     if request._message is web_protocol.ERROR:  # a request not read: no middleware of the application saw it
         _count_unreadable(self, request.method, status)
-    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
-    error = ApiError(status, phrase.replace(" ", "").replace("-", ""),
-                     f"{status} {phrase}: the request could not be read (its request line, headers or body "
-                     "encoding).")
+    if too_long is not None:
+        error = ApiError(*too_long)
+    else:
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+        error = ApiError(status, phrase.replace(" ", "").replace("-", ""),
+                         f"{status} {phrase}: the request could not be read (its request line, headers or body "
+                         "encoding).")
     # The routes that answer in the legacy envelope do so for these errors too (an over-long signed URL).
-    response = error_response(as_legacy(error) if uses_legacy_envelope(_unread_path(request, exc)) else error,
+    response = error_response(as_legacy(error) if uses_legacy_envelope(_unread_path(request, exc, status)) else error,
                               new_request_id())
     response.headers[NOSNIFF_HEADER] = NOSNIFF
     response.force_close()

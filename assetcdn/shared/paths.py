@@ -15,6 +15,11 @@ ZONE_NAME = re.compile(r"[a-z0-9-]{2,64}\Z")
 RESERVED_ZONE_NAMES = frozenset({
     "stocks", "shared", "website", "functions", "api", "dashboard", "dist", "content", "global", "clients",
     "node_modules", ".git", ".github",
+    # Names the edges read as another path: on a zone's own host `/v1/...` is short for `/<zone>/v1/...`
+    # (assetcdn/edge/site_config.py `tenant_path`), so a zone `v1` could not be named in full there; `/metrics` is
+    # the edges' own route (`EDGE_PATHS`), a pull zone `metrics`'s `/<zone>` on the default host. Refused for new
+    # zones only: one made before keeps working.
+    "v1", "metrics",
 })
 # Compared case-insensitively and without trailing dots and spaces (".GIT", ".git." and ".git " are
 # the same name to git on Windows and macOS checkouts, and git refuses them); "git~1" is the

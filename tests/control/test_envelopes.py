@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient
@@ -14,6 +15,7 @@ from assetcdn.control.identity.auth import SESSION_COOKIE, session_cookie_value
 from tests.control.expect import expect_error
 from tests.control.identity.signin_client import as_dashboard_listener
 from tests.support.control import ACCESS, ACCOUNT, SECRETS, control_with_zone
+from tests.support.sockets import raw_answer
 
 ACCESS_ROUTES = [
     ("PUT", "/api/storage/akande/v1/logos/logo.svg"),
@@ -184,6 +186,29 @@ async def test_a_legacy_endpoint_answers_405_in_its_own_envelope(refusing: TestC
     assert resp.status == 405 and body["HttpCode"] == 405, body
     assert isinstance(body["error"], str) and body["Message"] == body["error"]
     assert {m.strip() for m in resp.headers["Allow"].split(",")} == allowed
+
+
+@IN_MODULE_LOOP
+@pytest.mark.parametrize(("head", "status", "code"), [
+    (f"GET /api/assets?q={'q' * 9000} HTTP/1.1\r\nHost: x\r\n\r\n", 414, "URITooLong"),
+    (f"GET /api/purge?q={'q' * 9000} HTTP/1.1\r\nHost: x\r\n\r\n", 414, None),  # a legacy route: its envelope
+    (f"GET /api/assets HTTP/1.1\r\nHost: x\r\nCookie: {'c' * 9000}\r\n\r\n", 431, "RequestHeaderFieldsTooLarge"),
+    (f"GET /api/assets HTTP/1.1\r\nHost: x\r\nX-{'n' * 9000}: 1\r\n\r\n", 431, "RequestHeaderFieldsTooLarge"),
+])
+async def test_an_over_long_request_line_is_414_and_an_over_long_field_431(refusing: TestClient, head: str,
+                                                                           status: int, code: str | None) -> None:
+    """RFC 9110 15.5.15 and RFC 6585 5, in the envelope of the route asked for (the request's path is not known when
+    a field is too long: the standard one); both were 400 BadRequest, which told a client nothing of what to shorten.
+    The connection is closed after it (the rest of the head is not read)."""
+    assert refusing.port is not None
+    answer = await raw_answer(refusing.port, head.encode())
+    status_line, _, rest = answer.partition(b"\r\n")
+    body = orjson.loads(rest.partition(b"\r\n\r\n")[2])
+    assert status_line.split()[1] == str(status).encode() and body["HttpCode"] == status, answer[:300]
+    if code is None:
+        assert isinstance(body["error"], str) and body["Message"] == body["error"]
+    else:
+        assert body["error"]["code"] == code and body["Message"] == body["error"]["message"]
 
 
 class TestSessionCookie:

@@ -1,7 +1,8 @@
 """What slow, oversize and vanishing clients get from real processes (`assetcdn up`), on the edge and
 on control alike: a request head or body that does not arrive in time is cut off, an oversize
-Content-Length is refused before any of the body is sent, every response names the product without
-versions, and a client leaving an SSE stream leaves no traceback in the logs."""
+Content-Length is refused before any of the body is sent, a request line or a header field too long is 414 or 431,
+every response names the product without versions, and a client leaving an SSE stream leaves no traceback in the
+logs."""
 
 from __future__ import annotations
 
@@ -130,6 +131,21 @@ async def test_an_oversize_content_length_is_refused_before_the_body_is_sent(
     assert b"10240.0 MB exceeds" in answer
     if limit is not None:
         assert f'"MaxSize":{limit}'.encode() in answer
+
+
+@pytest.mark.parametrize("process", ["edge", "control", "dashboard"])
+async def test_an_over_long_request_line_is_414_and_an_over_long_field_431(cdn: RunningCdn, process: str) -> None:
+    """Each of the processes' listeners (the edge's, control's, control's dashboard port), as `assetcdn up` runs them:
+    both were 400 BadRequest."""
+    port = int(cdn.dashboard_url.rsplit(":", 1)[1]) if process == "dashboard" else port_of(cdn, process)
+    for head, status, code in ((f"GET /api/health?{'q' * 9000} HTTP/1.1\r\nHost: x\r\n\r\n", 414, "URITooLong"),
+                               (f"GET /api/health HTTP/1.1\r\nHost: x\r\nCookie: {'c' * 9000}\r\n\r\n", 431,
+                                "RequestHeaderFieldsTooLarge")):
+        answer = await raw_exchange(port, head.encode())
+        assert answer.split(b" ", 2)[1] == str(status).encode(), answer[:300]
+        assert f'"code":"{code}"'.encode() in answer and f'"HttpCode":{status}'.encode() in answer, answer[:300]
+    assert (await raw_exchange(port, b"GET /api/health HTTP/1.1\r\nHost: x\r\n" + b"".join(
+        b"X-Part-%d: %s\r\n" % (i, b"p" * 4000) for i in range(4)) + b"\r\n")).split(b" ", 2)[1] == b"200"
 
 
 async def test_every_response_names_the_product_without_versions(cdn: RunningCdn) -> None:

@@ -55,17 +55,25 @@ class FanOut:
     """Which edges acknowledged a push or purge within the wait, and which had not yet."""
 
     acknowledged: tuple[str, ...]
-    pending: tuple[str, ...]
+    pending: tuple[str, ...]  # sent to, not acknowledged within the wait
     elapsed_ms: float
     results: dict[str, Any] = field(default_factory=dict)
     latencies_ms: dict[str, float] = field(default_factory=dict)  # per member: from the start to its ack
+    # Registered, but not heard from within `control.edge_timeout_s` (stopped, or cut off from control while it may
+    # still serve clients): not sent to, and not holding this yet; each catches up when it is back.
+    quiet: tuple[str, ...] = ()
 
     def nodes(self) -> tuple[list[str], list[str]]:
         """(acknowledged, pending) edge nodes: members are `<node>/<worker>`; a node counts once all of its
-        workers acknowledged."""
-        pending = sorted({m.split("/", 1)[0] for m in self.pending})
+        workers acknowledged, and is pending while one of them has not, sent to or `quiet`."""
+        pending = sorted({m.split("/", 1)[0] for m in (*self.pending, *self.quiet)})
         acked = sorted({m.split("/", 1)[0] for m in self.acknowledged} - set(pending))
         return acked, pending
+
+    def quiet_nodes(self) -> list[str]:
+        """The pending nodes (`nodes`) none of whose workers was sent to: not heard from lately."""
+        sent = {m.split("/", 1)[0] for m in (*self.acknowledged, *self.pending)}
+        return sorted({m.split("/", 1)[0] for m in self.quiet} - sent)
 
 
 LatencyObserver = Callable[[str, str, float], None]
@@ -231,8 +239,9 @@ class EdgeRegistry:
         """Send `message` to every live edge; wait at most `wait_s`, letting slower sends finish behind."""
         started = time.perf_counter()
         edges = self.live_edges()
+        quiet = tuple(sorted(set(self.edges) - {e.name for e in edges}))
         if not edges:
-            return FanOut((), (), 0.0)
+            return FanOut((), (), 0.0, quiet=quiet)
         acked_at: dict[str, float] = {}
 
         async def timed_send(node: RegisteredEdge) -> dict[str, Any]:
@@ -254,7 +263,7 @@ class EdgeRegistry:
                 pending.append(name)
         latencies = {name: round((acked_at[name] - started) * 1000, 2) for name in acked if name in acked_at}
         return FanOut(tuple(sorted(acked)), tuple(sorted(pending)),
-                      round((time.perf_counter() - started) * 1000, 2), results, latencies)
+                      round((time.perf_counter() - started) * 1000, 2), results, latencies, quiet)
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)

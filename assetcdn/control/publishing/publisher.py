@@ -1,7 +1,8 @@
 """A mutation's way out: one commit, a new manifest generation, a push to every edge.
 
-The response of a mutation waits (bounded) for the edges' acknowledgements, so EdgeStatus and
-EdgeNote report what really happened instead of promising a deployment window.
+The response of a mutation waits (bounded) for the edges' acknowledgements, so EdgeNote reports what
+really happened instead of promising a deployment window (EdgeStatus names the kind of change only:
+`purging` when cached copies of replaced or removed files go, else `pending`, whatever the edges acknowledged).
 
 Every mutation's webhook events go into the outbox in the transaction of its manifest generation
 (see ``control.webhooks.outbox`` for why a commit's events survive a kill -9).
@@ -83,8 +84,13 @@ def acknowledgements(fan_out: FanOut) -> str:
         return " No edge is registered yet; edges load the new generation when they start."
     if not pending:
         return f" Acknowledged by {total} of {total} edges in {fan_out.elapsed_ms:.0f} ms."
+    quiet = fan_out.quiet_nodes()
+    asked = [name for name in pending if name not in quiet]
+    waited = [f"not yet: {', '.join(asked)}"] if asked else []
+    if quiet:  # registered, but silent: counted and named, never left out as if there were fewer edges
+        waited.append(f"not heard from lately, so not sent it: {', '.join(quiet)}")
     return (f" Acknowledged by {len(acked)} of {total} edges within "
-            f"{fan_out.elapsed_ms:.0f} ms; not yet: {', '.join(pending)} (they catch up on their own).")
+            f"{fan_out.elapsed_ms:.0f} ms; {'; '.join(waited)} (they catch up on their own).")
 
 
 def purge_acknowledgements(fan_out: FanOut) -> dict[str, Any]:

@@ -305,7 +305,8 @@ def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modifie
     """The header lines the application gives a pull zone's hit (`pull.deliver`, then the response hooks:
     the stamp, the `_headers` rules, aiohttp's defaults), less Age and the edge's Cache-Status, and less the
     origin's HSTS field where the site writes its own (`own_hsts`: the hook replaces it)."""
-    headers = client_headers(stored.headers, HIT, "", age=0, shared_host=shared_host, cookie_host=cookie_host)
+    headers = client_headers(stored.headers, HIT, "", age=0, shared_host=shared_host, cookie_host=cookie_host,
+                             ranges=True)  # a stored 200's: its 304 says the Accept-Ranges its 200 says
     if own_hsts:
         headers.popall(HSTS_HEADER, None)
     # client_headers sets Age and appends this cache's Cache-Status last: both are written per request.
@@ -314,8 +315,6 @@ def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modifie
     if not_modified:
         for name in ("Content-Type", "Content-Encoding", "Content-Range"):
             headers.popall(name, None)
-    else:
-        headers["Accept-Ranges"] = "bytes"
     stamp_headers(headers)
     apply_rule_changes(changes, headers)
     headers.setdefault("Server", SERVER_NAME)

@@ -77,8 +77,10 @@ if TYPE_CHECKING:
 
 # What a lost connection's parser is replaced by (see ``connection_lost``).
 LOST_PARSER = httptools.HttpRequestParser(object())
-# A longer head goes to aiohttp, whose own limits then apply (max_line_size and max_field_size
-# 8190 each): a head within this size is within both. Not within its 128 fields (a field line may be 4 bytes).
+# A longer head goes to aiohttp, whose own limits then apply (a request line of 8190 bytes, a field of 8189:
+# assetcdn/shared/http_server.py `HANDLER_ARGS`; past them 414 and 431): a head within this size is within both
+# (its request line and the blank line that ends it take more than the byte between them). Not within its 128
+# fields (a field line may be 4 bytes).
 MAX_HEAD = 8190
 MAX_REQUEST_FIELDS = 128        # aiohttp's max_headers: a head of more fields goes to aiohttp, which refuses it
 FEW_FIELDS_HEAD = 4 * (MAX_REQUEST_FIELDS + 1)  # no head this long has more fields: its lines are not counted
@@ -826,10 +828,12 @@ class HitProtocol(asyncio.Protocol):
         progress = Progress()
         drain = self.drain
         self.busy = True  # a write that empties the transport resumes it: no answer may start in between
-        while views and not drain.full(transport):
+        while views and not drain.full(transport) and not drain.gone(transport):
             view = views[0]
             piece = view[:TLS_PIECE]
             transport.write(piece)
+            if drain.gone(transport):  # the socket failed this write: none of it was sent (`_write_views` ends it)
+                break
             progress.wrote(len(piece), drain.held(transport))
             if len(view) > TLS_PIECE:
                 views[0] = view[TLS_PIECE:]

@@ -316,7 +316,7 @@ class PullFills:
         node.metrics.cache_result(CacheResult.MISS).inc()
         headers = client_headers(response.headers, CacheResult.MISS,
                                  CACHE_STATUS_VARY_MISS if sent.vary_miss else CACHE_STATUS_STORED, age=None,
-                                 shared_host=bool(named.prefix), cookie_host=fill.view.cookie_host)
+                                 shared_host=bool(named.prefix), cookie_host=fill.view.cookie_host, ranges=True)
         if server.own_hsts:  # the site's own goes in the tail, as the application's hook replaces the origin's
             headers.popall(HSTS_HEADER, None)
         dated = "Date" in headers

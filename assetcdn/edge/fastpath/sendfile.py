@@ -60,6 +60,14 @@ class Drain:
             return transport.get_write_buffer_size()
         return transport.get_write_buffer_size() + beneath.get_write_buffer_size()
 
+    def gone(self, transport: asyncio.WriteTransport) -> bool:
+        """The connection is ending: `transport` is closing, or under TLS the socket's transport beneath is. A socket
+        transport whose write failed (the client reset the connection) is closing from that write on and drops
+        whatever it is handed later, holding none of it, while TLS above it hears of the loss only a turn of the loop
+        later: what is written from then on never reaches the kernel, and must not be counted as sent."""
+        beneath = self.beneath
+        return transport.is_closing() or (beneath is not None and beneath.is_closing())
+
     def pause_writing(self) -> None:
         self.paused = True
 
@@ -222,12 +230,14 @@ async def write_file(transport: asyncio.WriteTransport, drain: Drain, fileno: in
     nothing for ``timeout_s``."""
     while count > 0:
         await _drained(transport, drain, timeout_s)
-        if transport.is_closing():
+        if drain.gone(transport):
             raise ConnectionResetError("connection closing")
         chunk = os.pread(fileno, min(count, WRITE_CHUNK), offset)
         if not chunk:
             raise ConnectionResetError("file shorter than expected")
         transport.write(chunk)
+        if drain.gone(transport):  # the socket failed this write: none of it was sent
+            raise ConnectionResetError("connection lost")
         offset += len(chunk)
         count -= len(chunk)
         progress.wrote(len(chunk), drain.held(transport))
@@ -239,10 +249,12 @@ async def write_views(transport: asyncio.WriteTransport, drain: Drain, views: li
     for view in views:
         while view:
             await _drained(transport, drain, timeout_s)
-            if transport.is_closing():
+            if drain.gone(transport):
                 raise ConnectionResetError("connection closing")
             piece = view[:TLS_PIECE]
             transport.write(piece)
+            if drain.gone(transport):  # the socket failed this write: none of it was sent
+                raise ConnectionResetError("connection lost")
             progress.wrote(len(piece), drain.held(transport))
             view = view[TLS_PIECE:]
 
@@ -300,13 +312,11 @@ class PacedWrites:
         pieces = self.pieces
         if pieces and not self.pumping:
             transport, drain = self._transport, self.drain
-            beneath = drain.beneath
             self.pumping = True  # a write may pause or resume the connection at once: no second pump within it
             try:
                 while pieces and not drain.full(transport):
-                    # The client gone (the socket's transport fails a write at once, and holds nothing from then on;
-                    # TLS hears of it only later): nothing more is handed, or it would seem to have been sent.
-                    if transport.is_closing() or beneath is not None and beneath.is_closing():
+                    # The client gone (`Drain.gone`): nothing more is handed, or it would seem to have been sent.
+                    if drain.gone(transport):
                         self.drop()
                         break
                     view = pieces[0]

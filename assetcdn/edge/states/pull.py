@@ -143,6 +143,12 @@ CONDITION_NAMES = frozenset(name.lower() for name in CLIENT_CONDITIONS)
 # What is never copied to a client from an origin's or stored head: framing is the edge's own, and so is the
 # request id (a shield's answer carries the shield's; every answer carries this edge's, the one it logs).
 NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", "keep-alive", "date", "x-request-id"))
+# A whole 200 that is stored says what its hits say (`deliver`): this edge answers a byte range of the URL from the
+# stored copy, whatever the origin said of its own (nothing, `none`), so the MISS that fills it says so too, and so
+# do its 304s and 416s (`client_headers`' `ranges`): a player deciding from its first answer whether it may seek gets
+# the same head, and a browser updating its stored head from a 304 (RFC 9111 4.3.4) keeps `bytes`.
+NOT_DELIVERED_RANGED = NOT_DELIVERED | {"accept-ranges"}
+ACCEPT_RANGES = ("Accept-Ranges", "bytes")
 # Whether a pull zone's answer goes out on the edges' default host (`/<zone>/...`: serve_pull's `prefix`), the
 # browser origin every zone and the API share, not on the zone's own host.
 SHARED_HOST = web.RequestKey("pull_shared_host", bool)
@@ -1230,7 +1236,8 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
         response.headers, CacheResult.MISS if why is None else CacheResult.PASS, fill_cache_status(fwd, why), age=None,
-        shared_host=request.get(SHARED_HOST, True), cookie_host=request.get(COOKIE_HOST, "")))
+        shared_host=request.get(SHARED_HOST, True), cookie_host=request.get(COOKIE_HOST, ""),
+        ranges=why is None and response.status == 200))
     if declared is not None:
         client.content_length = declared
     # A client gone before the head (an HTTP/2 stream reset, a closed connection) is sent nothing, but a kept answer
@@ -1658,7 +1665,7 @@ def origin_tags(headers: Headers) -> list[str]:
 
 
 def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: str, age: int | None, *,
-                   shared_host: bool, cookie_host: CookieHost) -> CIMultiDict[str]:
+                   shared_host: bool, cookie_host: CookieHost, ranges: bool = False) -> CIMultiDict[str]:
     """A client's head from an origin's or stored one. On the default host (`shared_host`) an active type (HTML,
     SVG, script) gets the sandbox policy stored files get, beside any policy the origin sent: there the origin's
     page would otherwise run script as the origin every zone and the API share (read them, register a service
@@ -1673,11 +1680,16 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
     on a zone's custom domain. `Domain=<base domain>` on a zone's tenant host, or `Domain=example.com` on a custom
     domain `shop.example.com` beside the base domain `cdn.example.com`, would set it for every zone's tenant host,
     whose origins browsers then send it to. One copy serves every host of its zone, so this is judged for each
-    answer's host, never when it is stored."""
-    fields = [field for field in head if field[0] not in NOT_DELIVERED and field[0][:1] != ":"]
+    answer's host, never when it is stored. `ranges`: the head of a stored 200's fill (a MISS), which says
+    `Accept-Ranges: bytes` in place of the origin's, as its hits do (NOT_DELIVERED_RANGED): one more field in the
+    list the multidict is made of, no more work per answer."""
+    dropped = NOT_DELIVERED_RANGED if ranges else NOT_DELIVERED
+    fields = [field for field in head if field[0] not in dropped and field[0][:1] != ":"]
     date = first_value(head, "date")
     if date is not None:
         fields.append(("Date", date))
+    if ranges:
+        fields.append(ACCEPT_RANGES)
     headers: CIMultiDict[str] = CIMultiDict(fields)  # one multidict made whole: cheaper than a field at a time
     if "set-cookie" in headers:
         cookies = headers.popall("set-cookie")
@@ -1704,8 +1716,9 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     FileNotFoundError, before anything is sent, when its body file went since the lookup (purged, evicted)."""
     now = time.time()
     age = int(stored.freshness.age(now))
+    # A stored 200's every answer (its 304, 206 and 416 too) says the Accept-Ranges its 200 says, not the origin's.
     headers = client_headers(stored.headers, x_cache, cache_status, age, shared_host=request.get(SHARED_HOST, True),
-                             cookie_host=request.get(COOKIE_HOST, ""))
+                             cookie_host=request.get(COOKIE_HOST, ""), ranges=stored.status == 200)
     obj = stored.obj
     if from_edge(request):
         withheld = withheld_tags(stored)
@@ -1735,8 +1748,6 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
         if parsed is not None:
             status, (start, end) = 206, parsed
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{obj.size}"
-    if stored.status == 200:
-        headers["Accept-Ranges"] = "bytes"
     if obj.body is not None and request.method != "HEAD":
         return web.Response(status=status, headers=headers, body=obj.body[start:end])
     response = web.StreamResponse(status=status, headers=headers)

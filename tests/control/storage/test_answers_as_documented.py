@@ -134,3 +134,35 @@ async def test_the_error_envelope_names_every_field_it_carries(control: TestClie
         all_required(reference, envelope, body)
         all_required(reference, reference["components"]["schemas"]["StandardError"]["properties"]["error"],
                       body["error"])
+
+
+def edge_status_descriptions(node: Any, where: str = "") -> dict[str, str]:
+    """Every `EdgeStatus` field the document describes, by where it is."""
+    found: dict[str, str] = {}
+    if isinstance(node, dict):
+        field = node.get("properties", {}).get("EdgeStatus")
+        if isinstance(field, dict):
+            found[where] = field.get("description", "")
+        for key, value in node.items():
+            found.update(edge_status_descriptions(value, f"{where}/{key}"))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found.update(edge_status_descriptions(value, f"{where}/{index}"))
+    return found
+
+
+async def test_edge_status_is_described_as_it_is_answered(control: TestClient, zone: str) -> None:
+    """`EdgeStatus` names the kind of change an answer made (`pending`, `purging`), never how far the edges got with
+    it, which `EdgeNote` says: an answer whose change every edge holds says `pending` all the same. The document
+    described `pending` as lasting "until every edge holds the new generation", which told an operator reading an
+    answer every edge had acknowledged that the change had not arrived."""
+    reference = await (await control.get("/api/openapi.json")).json()
+    rules = {"File": "_headers", "Content": f"/{zone}/*\n  X-Documented: 1\n"}
+    await answer(control, "POST", "/api/core/rules", 200, headers=ACCOUNT, json=rules)
+    applied = await answer(control, "POST", "/api/core/rules", 200, headers=ACCOUNT, json=rules)
+    assert (applied["EdgeStatus"], applied["EdgeNote"]) == (
+        "pending", "The content is identical to the stored file; edges already apply it.")
+    described = edge_status_descriptions(reference)
+    assert len(described) == 7, sorted(described)  # uploads, deletes, batches, zones made and deleted, rules, pipeline
+    for where, description in described.items():
+        assert "until" not in description and "EdgeNote" in description, (where, description)

@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.storage.service import MANIFEST
+from assetcdn.shared import paths
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.support.control import ACCESS, ACCOUNT
 
@@ -105,6 +106,36 @@ async def test_reserved_names_are_400(control: TestClient, data_dir: Path, name:
     assert "reserved" in body["Message"]
     assert body["error"]["target"] == "Name"
     assert head_commit(data_dir) is None
+
+
+@pytest.mark.parametrize("name", ["v1", "metrics"])
+async def test_a_name_the_edges_read_as_another_path_is_400(control: TestClient, data_dir: Path, name: str) -> None:
+    """On a zone's own host `/v1/...` is short for `/<zone>/v1/...`, so a zone named `v1` could not be named in full
+    there: `/v1/v1/logos/a.png` read as `/v1/v1/v1/logos/a.png`, 404 where every other zone's full path is its file,
+    and the signed URL `assetcdn sign` prints (the full path) 403 `Invalid signature`. `/metrics` is the edges' own
+    route, so a pull zone named `metrics` would lose the root of its origin (`/<zone>`) on the default host. Both
+    are refused as reserved names are; a zone made under such a name before keeps working."""
+    resp = await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)
+    body = await expect_error(resp, 400, "InvalidName")
+    assert f"Zone name '{name}' is reserved" in body["Message"] and body["error"]["target"] == "Name"
+    assert head_commit(data_dir) is None
+    reference = await (await control.get("/api/openapi.json")).json()
+    described = reference["paths"]["/api/core/zones"]["post"]["requestBody"]["content"]["application/json"][
+        "schema"]["properties"]["Name"]["description"]
+    assert name in described.split("reserved name (", 1)[1]
+
+
+async def test_a_zone_made_under_a_name_reserved_since_keeps_working(control: TestClient,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as before:  # as an earlier version made it
+        before.setattr(paths, "RESERVED_ZONE_NAMES", paths.RESERVED_ZONE_NAMES - {"v1"})
+        resp = await control.post("/api/core/zones", json={"Name": "v1"}, headers=ACCOUNT)
+        assert resp.status == 201, await resp.text()
+    await put(control, "v1/v1/logos/kept.svg", b"<svg/>")
+    resp = await control.get("/api/core/zones/v1", headers=ACCOUNT)
+    assert resp.status == 200 and [f["Name"] for f in (await resp.json())["Files"]] == ["kept.svg"]
+    resp = await control.delete("/api/core/zones/v1", headers=ACCOUNT)
+    assert resp.status == 200, await resp.text()
 
 
 @pytest.mark.parametrize("name", ["a", "x" * 65, "Akande", "ak_ande", "ak ande", "ak.ande", "akande/x", "../etc",

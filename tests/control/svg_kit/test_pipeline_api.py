@@ -124,6 +124,7 @@ async def test_an_existing_zone_is_409(control: TestClient, zone: str, data_dir:
     ({"mode": "client", "svg": b64(LOGO_SVG)}, "MissingName"),
     ({"mode": "client", "name": "New_Brand", "svg": b64(LOGO_SVG)}, "InvalidName"),
     ({"mode": "client", "name": "stocks", "svg": b64(LOGO_SVG)}, "InvalidName"),
+    ({"mode": "client", "name": "v1", "svg": b64(LOGO_SVG)}, "InvalidName"),  # as POST /api/core/zones refuses it
     ({"mode": "stock", "stockName": "../x", "svg": b64(LOGO_SVG)}, "InvalidName"),
     ({"mode": "client", "name": "newbrand"}, "MissingSvg"),
     ({"mode": "client", "name": "newbrand", "svg": "%%% not base64"}, "InvalidBase64"),

@@ -249,6 +249,25 @@ async def test_a_utf8_field_value_from_the_origin_reaches_clients_as_the_same_by
         assert b": " + disposition.encode() + b"\r\n" in answer.raw_head
 
 
+@pytest.mark.parametrize("origin_says", [None, "none", "bytes"])
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_a_miss_says_accept_ranges_bytes_as_its_hits_do_whatever_the_origin_said(
+        filled: FillCdn, path: str, origin_says: str | None) -> None:
+    """A player decides from its first answer whether it may seek by ranges: the MISS that fills a URL says what
+    its HITs say, `Accept-Ranges: bytes` (ranges are answered from the stored copy), one line of it, whether the
+    origin said nothing, `none` or `bytes`."""
+    name = f"/ranges-{path}-{origin_says}.mp4"
+    filled.origin.answer(name, BODY, headers={**HEADERS, **({} if origin_says is None else
+                                                               {"Accept-Ranges": origin_says})})
+    conn = await (filled.cdn.connect() if path == "hit" else filled.cdn.plain())
+    miss = await conn.request(f"/{ZONE}{name}")
+    hit = await conn.request(f"/{ZONE}{name}")
+    assert [(a.header("X-Cache"), a.headers.getall("Accept-Ranges", [])) for a in (miss, hit)] == [
+        ("MISS", ["bytes"]), ("HIT", ["bytes"])]
+    ranged = await conn.request(f"/{ZONE}{name}", Range="bytes=0-9")
+    assert (ranged.status, ranged.body) == (206, BODY[:10])
+
+
 async def _answer_or_error(conn: Any, target: str) -> Response | Exception:
     try:
         return cast(Response, await conn.request(target))

@@ -162,6 +162,21 @@ async def test_a_fresh_hit_is_answered_exactly_as_the_application_answers_it(pul
     assert pulled.origin.count("/same.bin") == 2
 
 
+async def test_every_answer_from_a_stored_copy_says_the_accept_ranges_its_200_says(pulled: PullCdn) -> None:
+    """The origin said `Accept-Ranges: none`; the edge answers ranges from its copy and its 200 says `bytes`. A 304
+    or a 416 from that copy relayed the origin's `none`: a browser updating its stored head from the 304 (RFC 9111
+    4.3.4) then held `none` for what the edge answers ranges of. Each says `bytes`, on both paths."""
+    etag = '"r1"'
+    conn = await pulled.warm("/ranges-none.bin", **LONG, ETag=etag, **{"Accept-Ranges": "none"})
+    plain = await pulled.cdn.plain()
+    path = f"/{ZONE}/ranges-none.bin"
+    for client in (conn, plain):
+        answers = [await client.request(path, **headers) for headers in (
+            {}, {"If-None-Match": etag}, {"Range": "bytes=0-9"}, {"Range": f"bytes={len(BODY) + 5}-"})]
+        assert [(a.status, a.headers.getall("Accept-Ranges", [])) for a in answers] == [
+            (200, ["bytes"]), (304, ["bytes"]), (206, ["bytes"]), (416, ["bytes"])], client is conn
+
+
 async def test_fields_a_304_names_private_or_no_cache_leave_the_copy_it_refreshes(pulled: PullCdn,
                                                                                  clock: Clock) -> None:
     """A 304 whose Cache-Control names a field in a qualified `private="..."` or `no-cache="..."` takes it out of

@@ -205,6 +205,24 @@ def test_http2_refuses_an_unknown_expectation_as_http_1_1_does(https_cdn: HttpsC
         client.close()
 
 
+def test_an_over_long_request_line_is_414_and_an_over_long_field_431_over_tls_and_http2(https_cdn: HttpsCdn) -> None:
+    # RFC 9110 15.5.15 and RFC 6585 5, over TLS HTTP/1.1 and HTTP/2 as on the plain port: both were 400 BadRequest.
+    https_cdn.upload("v1/h2/long.txt", b"long\n")
+    path = f"/{ZONE}/v1/h2/long.txt"
+    client = H2Client(https_cdn.https_port, "localhost", https_cdn.ca_file)
+    try:
+        for query, fields, status, code in ((f"?{'q' * 9000}", {}, 414, "URITooLong"),
+                                            ("", {"x-big": "b" * 9000}, 431, "RequestHeaderFieldsTooLarge")):
+            one = https_get(https_cdn.https_port, path + query, ca=https_cdn.ca_file, headers=fields)
+            two = client.get(path + query, "GET", list(fields.items()))
+            for answer in (one, two):
+                body = orjson.loads(answer.body)
+                assert (answer.status, body["HttpCode"], body["error"]["code"]) == (status, status, code), answer.body
+        assert client.get(path).body == b"long\n"  # the HTTP/2 connection serves on
+    finally:
+        client.close()
+
+
 def test_plain_http_is_redirected_except_acme_challenges(https_cdn: HttpsCdn) -> None:
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: object, **kwargs: object) -> None:
