@@ -204,6 +204,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/docs", api_docs),
     Route("POST", PREFIX + "/register", cluster.register),
     Route("POST", PREFIX + "/heartbeat", cluster.heartbeat),
+    Route("POST", PREFIX + "/leave", cluster.leave),
     Route("GET", PREFIX + "/changes", cluster.changes),
     Route("GET", PREFIX + "/blobs/{blob_id}", cluster.blob),
     Route("GET", PREFIX + "/config", cluster.config),

@@ -293,6 +293,11 @@ class ControlClient:
         message: dict[str, Any] = {"name": name, "generation": generation, **({"url": url} if url else {})}
         return self._saw_generation(orjson.loads(await self._request("POST", "/heartbeat", message, probe=True)))
 
+    async def leave(self, name: str, url: str) -> bool:
+        """This worker is stopping: control forgets it (`name` registered at `url`); whether it had it."""
+        reply = orjson.loads(await self._request("POST", "/leave", {"name": name, "url": url}, probe=True))
+        return bool(reply.get("left")) if isinstance(reply, dict) else False
+
     async def changes_since(self, generation: int) -> GenerationPush:
         """Control's catch-up answer, decoded once here (GenerationPushError on a malformed one)."""
         answer = GenerationPush.from_json(orjson.loads(await self._request("GET", f"/changes?since={generation}",

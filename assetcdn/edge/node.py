@@ -95,6 +95,7 @@ class EdgeNode:
         self.background: set[asyncio.Task[None]] = set()
         self._sync_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
+        self._cluster_url = ""  # the address this worker registered with control (`start`)
         self.synced = False  # caught up with control at least once since this process started
         edge = settings.section("edge")
         self.reachability_window_s = max(3 * float(edge["catchup_interval_s"]), float(edge["reachable_for_s"]))
@@ -156,6 +157,7 @@ class EdgeNode:
         while it was down removed (a pull zone's answers do not wait for control, and would be HITs)."""
         edge = self.settings.section("edge")
         self.shields.own_url = cluster_url.rstrip("/")
+        self._cluster_url = cluster_url
         first_round = asyncio.Event()
         self._tasks.append(asyncio.create_task(run_sync_loop(
             self.control, name=self.name, url=cluster_url, get_generation=lambda: self.replica.generation,
@@ -178,6 +180,10 @@ class EdgeNode:
         for task in [*self._tasks, *self.background]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._tasks and self._cluster_url:  # registered (or trying to): control forgets this worker now, rather
+            # than counting it as an edge not heard from lately in every answer until control restarts
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.control.leave(self.name, self._cluster_url), timeout=FINAL_SHIP_TIMEOUT_S)
         self._tasks.clear()
         await self.origins.close()
         await asyncio.get_running_loop().run_in_executor(None, self.cache.flush_writes)  # fills kept in memory

@@ -181,6 +181,17 @@ class EdgeRegistry:
         self._touched()
         return True
 
+    def leave(self, name: str, url: str) -> bool:
+        """An edge worker stopping (its last call): forgotten, so that it is neither pushed to nor named as pending
+        from now on, as a stopped edge that never said so (killed, cut off) still is. Only the registration of the
+        address it names: a worker started since under the same name at another address keeps its own."""
+        node = self.edges.get(name)
+        if node is None or node.url != url.rstrip("/"):
+            return False
+        del self.edges[name]
+        self._touched()
+        return True
+
     def _shared_name(self, name: str, heard: str, registered: str) -> None:
         now = time.monotonic()
         if now - self._shared_warned.get(name, -SHARED_NAME_WARNING_S) >= SHARED_NAME_WARNING_S:

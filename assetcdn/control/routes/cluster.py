@@ -39,7 +39,8 @@ EDGE_REPLAY_GUARD = web.AppKey("edge_replay_guard", ReplayGuard)
 
 # The largest body of each edge->control message; a route not named takes none (the GETs).
 SMALL_MESSAGE = 16 * KB  # register, heartbeat: a name, a URL, a generation
-CLUSTER_BODIES = {("POST", PREFIX + "/register"): SMALL_MESSAGE, ("POST", PREFIX + "/heartbeat"): SMALL_MESSAGE}
+CLUSTER_BODIES = {("POST", PREFIX + "/register"): SMALL_MESSAGE, ("POST", PREFIX + "/heartbeat"): SMALL_MESSAGE,
+                  ("POST", PREFIX + "/leave"): SMALL_MESSAGE}
 # An analytics batch (up to 10,000 rows in each of four lists) may be as large as an upload.
 ANALYTICS_PATH = PREFIX + "/analytics"
 
@@ -111,6 +112,16 @@ async def heartbeat(request: web.Request) -> web.Response:
     known = request.app[REGISTRY].heartbeat(str(message.get("name")), int(message.get("generation", 0)),
                                             url if isinstance(url, str) else "")
     return json_response({"known": known, "generation": request.app[MANIFEST].generation, "edges": fleet(request)})
+
+
+async def leave(request: web.Request) -> web.Response:
+    """An edge worker stopping: `{"left": true}` once control has forgotten it (false: not registered at that
+    address, e.g. after control restarted, or another worker took its name since)."""
+    message = _message(request)
+    name, url = message.get("name"), message.get("url")
+    if not isinstance(name, str) or not isinstance(url, str):
+        raise bad_request("leave needs 'name' and 'url'.", code="InvalidBody")
+    return json_response({"left": request.app[REGISTRY].leave(name, url)})
 
 
 def fleet(request: web.Request) -> list[dict[str, str]]:
