@@ -11,6 +11,7 @@ from aiohttp import web
 
 from assetcdn.control.analytics.params import parse_count
 from assetcdn.control.app_keys import public_url
+from assetcdn.control.storage.catalog_orders import SORTS
 from assetcdn.control.storage.service import MANIFEST
 from assetcdn.shared.errors import bad_request, not_found
 from assetcdn.shared.manifest import ManifestEntry, human_size
@@ -18,11 +19,6 @@ from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
 from assetcdn.shared.timestamps import utc_now_iso
 
-SORT_KEYS = {  # each value ends in the path: one per file (ManifestStore.ordered)
-    "name": lambda e: (e.name.lower(), e.path),
-    "size": lambda e: (e.size, e.path),
-    "project": lambda e: (e.zone, e.path),
-}
 CHUNK = 64
 
 
@@ -35,7 +31,7 @@ async def list_assets(request: web.Request) -> web.StreamResponse:
     q = request.query
     project, category, fmt, text = (q.get("project") or None, q.get("category") or None,
                                     (q.get("format") or "").lower() or None, q.get("q") or None)
-    sort = q.get("sort", "name") if q.get("sort") in SORT_KEYS else "name"
+    sort = q.get("sort", "name") if q.get("sort") in SORTS else "name"
     descending = q.get("order", "asc").lower() == "desc"
     # The API reference clamps paging values instead of refusing them, and reads them as parseInt does.
     page = parse_count(q.get("page"), default=1, maximum=10**9)
@@ -44,11 +40,11 @@ async def list_assets(request: web.Request) -> web.StreamResponse:
     manifest = request.app[MANIFEST]
     # One project's: its own files (the manifest's index), sorted; the whole catalog's: in the order the manifest
     # keeps (keys end in the path, one per file: reversed is the descending sort). Never every file sorted again.
-    key = SORT_KEYS[sort]
+    key = SORTS[sort][0]
     if project is not None:
         matches = sorted((e for e in manifest.zone_entries(project) if e.zone == project), key=key, reverse=descending)
     else:
-        matches = manifest.ordered(key)
+        matches = manifest.catalog.whole(sort)
         if descending:
             matches = matches[::-1]
     if category is not None or fmt is not None or needle is not None:

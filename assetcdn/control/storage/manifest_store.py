@@ -8,13 +8,13 @@ for the changes since its generation; an edge too far behind gets a full snapsho
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left, insort
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
+from assetcdn.control.storage.catalog_orders import CatalogOrders
 from assetcdn.control.storage.database import Database, Transaction, to_the_end
 from assetcdn.control.storage.directory_index import DirectoryIndex
 from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStore
@@ -24,7 +24,7 @@ from assetcdn.shared.paths import CLIENT_ROOT, STOCK_ROOT, cdn_path_of
 from assetcdn.shared.timestamps import utc_now_iso
 
 HISTORY_KEPT = 5000
-ORDER_UPDATES_KEPT = 64  # a generation of more files lets the manifest's kept orders go (`ManifestStore.ordered`)
+ORDER_UPDATES_KEPT = 64  # a generation of more files is merged into the catalog's orders, fewer are moved in place
 IGNORED_NAMES = (".gitkeep",)
 
 
@@ -72,9 +72,9 @@ class ManifestStore:
     def __init__(self, git: GitStore, db: Database) -> None:
         self.git = git
         self.db = db
-        self.entries: dict[str, ManifestEntry] = {}  # changed only here, with its index and its kept orders
+        self.entries: dict[str, ManifestEntry] = {}  # changed only here, with its index and the catalog's orders
         self._directories = DirectoryIndex()
-        self._orders: dict[Callable[[ManifestEntry], Any], list[ManifestEntry]] = {}  # see `ordered`
+        self.catalog = CatalogOrders()  # GET /api/assets: made at start, kept through each change
         self.generation = 0
         self.commit_id: str | None = None
 
@@ -105,7 +105,7 @@ class ManifestStore:
                                      dated)
         self.entries = entries
         self._directories = DirectoryIndex(entries.values())
-        self._orders = {}
+        self.catalog = CatalogOrders(entries.values())
         self.generation = last_generation
         self.commit_id = last_commit
         if head != last_commit and head is not None:
@@ -203,22 +203,18 @@ class ManifestStore:
                  orjson.dumps(generation.purge) if generation.purge else None))
             await tx.execute("DELETE FROM manifest_generations WHERE generation <= ?",
                              (generation.generation - HISTORY_KEPT,))
-        # The orders kept (`ordered`) take each file moved: two binary searches and a move of the list's tail. A
-        # generation of many files (a zone or a directory deleted) lets them go, sorted again when asked for.
-        orders = self._orders if len(prepared.updates) <= ORDER_UPDATES_KEPT else {}
-        self._orders = orders
+        gone: list[ManifestEntry] = []
+        added: list[ManifestEntry] = []
         for path, entry in prepared.updates.items():
             previous = self.entries.pop(path, None) if entry is None else self.entries.get(path)
             if previous is not None:
                 self._directories.remove(previous)
+                gone.append(previous)
             if entry is not None:
                 self.entries[path] = entry
                 self._directories.add(entry)
-            for key, order in orders.items():
-                if previous is not None:
-                    del order[bisect_left(order, key(previous), key=key)]
-                if entry is not None:
-                    insort(order, entry, key=key)
+                added.append(entry)
+        self.catalog.change(gone, added, ORDER_UPDATES_KEPT)
         self.generation = generation.generation
         self.commit_id = generation.commit_id
         return generation
@@ -271,14 +267,6 @@ class ManifestStore:
 
     def snapshot(self) -> list[ManifestEntry]:
         return list(self.entries.values())
-
-    def ordered(self, key: Callable[[ManifestEntry], Any]) -> list[ManifestEntry]:
-        """Every file, in the order of `key` (one value per file: it ends in the path); sorted at the first call and
-        then kept in order through each change (a file moved in it costs a binary search). Read it, never change it."""
-        order = self._orders.get(key)
-        if order is None:
-            order = self._orders[key] = sorted(self.entries.values(), key=key)
-        return order
 
     def newest_below(self, directory: str) -> dict[str, str]:
         """{subdirectory of `directory` (a CDN path, "" the root): the time of its newest file}, from the index:
