@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import gc
 import random
+import sys
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
@@ -59,7 +60,7 @@ def built(entries: dict[str, ManifestEntry]) -> tuple[ManifestStore, float, floa
     tracemalloc.start()
     started = time.perf_counter()
     if hasattr(manifest, "catalog"):
-        manifest.catalog = type(manifest.catalog)(entries.values())
+        manifest.catalog = type(manifest.catalog)(entries.values(), manifest.zone_entries)
     took = (time.perf_counter() - started) * 1000
     size = tracemalloc.get_traced_memory()[0] / 1e6
     tracemalloc.stop()
@@ -148,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
             took, held = best_of(args.rounds, lambda q=query: loop.run_until_complete(answer(app, q)))
             print(f"{query:45s} first {first[0]:7.1f} ms (loop held {first[1]:6.1f}), then {took:7.2f} ms "
                   f"(loop held at most {held:6.1f})")
+        facets = getattr(manifest.catalog, "_facets", {}) if hasattr(manifest, "catalog") else {}
+        kept = sum(sys.getsizeof(groups) + sum(map(sys.getsizeof, groups.values())) for groups in facets.values())
+        print(f"the filters' orders these pages made: {len(facets)}, {kept / 1e6:.1f} MB")
         for files in (1, 64, 1000):
             adopted = commit_ms(manifest, rng, files, args.rounds, loop)
             after = loop.run_until_complete(answer(app, "sort=size"))[0]

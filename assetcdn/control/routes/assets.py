@@ -38,20 +38,24 @@ async def list_assets(request: web.Request) -> web.StreamResponse:
     per_page = parse_count(q.get("per_page"), default=50, maximum=200)
     needle = text.lower() if text else None
     manifest = request.app[MANIFEST]
-    # One project's: its own files (the manifest's index), sorted; the whole catalog's: in the order the manifest
-    # keeps (keys end in the path, one per file: reversed is the descending sort). Never every file sorted again.
-    key = SORTS[sort][0]
+    # Each from the orders the manifest keeps (assetcdn/control/storage/catalog_orders.py; keys end in the path, one per
+    # file: the descending sort is the ascending one read from its end): the whole catalog's, or a project's (made
+    # alone at its first ask), else the smaller of a category's and a format's; any other filter is checked on its files.
+    catalog = manifest.catalog
     if project is not None:
-        matches = sorted((e for e in manifest.zone_entries(project) if e.zone == project), key=key, reverse=descending)
+        matches = catalog.facet(sort, "project", project)
+    elif category is not None or fmt is not None:
+        matches = min((catalog.facet(sort, facet, value) for facet, value in (("category", category), ("format", fmt))
+                       if value is not None), key=len)
     else:
-        matches = manifest.catalog.whole(sort)
-        if descending:
-            matches = matches[::-1]
-    if category is not None or fmt is not None or needle is not None:
-        matches = [e for e in matches if (category is None or e.category == category) and (fmt is None or e.format == fmt)
-                   and (needle is None or needle in e.name.lower() or needle in e.path.lower())]
+        matches = catalog.whole(sort)
+    if [project, category, fmt].count(None) < 2:
+        matches = [e for e in matches if (category is None or e.category == category) and (fmt is None or e.format == fmt)]
+    if needle is not None:
+        matches = [e for e in matches if needle in e.name.lower() or needle in e.path.lower()]
     total = len(matches)
-    window = matches[(page - 1) * per_page: page * per_page]
+    first, end = (page - 1) * per_page, page * per_page
+    window = matches[max(total - end, 0):max(total - first, 0)][::-1] if descending else matches[first:end]
     head = {"Pagination": {"Page": page, "PerPage": per_page, "TotalItems": total,
                            "TotalPages": max(math.ceil(total / per_page), 1)},
             "Filters": {"Project": project, "Category": category, "Format": fmt, "Query": text},

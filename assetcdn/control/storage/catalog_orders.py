@@ -1,9 +1,13 @@
-"""The catalog's orders (GET /api/assets, docs/api-guide.md): every file in each of its sorts, kept with the manifest so
-that a page is a slice of one, never a sort of every file.
+"""The catalog's orders (GET /api/assets, docs/api-guide.md): every file in each of its sorts, and the files of each
+project, category and format in each, kept with the manifest so that a page is a slice of one, never a sort or a pass
+over every file.
 
 They are made as the manifest is built at start, before control answers anything: one sort by path, then each order a
 stable sort of that one by its first part (its full key's second part is the path). Each generation then moves the
-files it changes (`moved`): a few in place, more by merging them in; never a sort of every file again.
+files it changes (`moved`): a few in place, more by merging them in; never a sort of every file again. A filter's
+orders (`facet`) are made at its first ask in a sort and kept the same way from then on: a category's and a format's
+by one pass over that sort's order grouping every file by its value, a project's alone from the manifest's index of
+directories (its files, sorted). At 100,000 files each filter's are 0.8 MB in a sort, 7.2 MB for all nine.
 """
 
 from __future__ import annotations
@@ -23,14 +27,29 @@ SORTS: dict[str, tuple[Key, Key]] = {
     "size": (lambda e: (e.size, e.path), attrgetter("size")),
     "project": (lambda e: (e.zone, e.path), attrgetter("zone")),
 }
+FACETS: dict[str, Key] = {"project": attrgetter("zone"), "category": attrgetter("category"),
+                          "format": attrgetter("format")}
 
 
-def moved(order: list[ManifestEntry], key: Key, gone: list[ManifestEntry], added: list[ManifestEntry],
-          in_place: int) -> list[ManifestEntry]:
-    """`order` (sorted by `key`) without `gone` (entries in it, the very objects) and with `added`. At most `in_place`
-    files are moved in place: a binary search and a move of the list's tail each. More make a new list, copied once in
-    slices between the places binary searches find; many gone (a thirty-second of the list) are filtered out in one
-    pass first, cheaper than a search each."""
+Change = tuple[ManifestEntry | None, ManifestEntry | None]  # a path's entry before and after a generation
+
+
+def moved(order: list[ManifestEntry], key: Key, changes: list[Change], in_place: int) -> list[ManifestEntry]:
+    """`order` (sorted by `key`, one value per file) with each of `changes` (the entry before in it, the very object):
+    a file replaced by one of the same key (its content changed, and the order not by size) takes its place. Of the
+    others, at most `in_place` are moved in place: a binary search and a move of the list's tail each. More make a new
+    list, copied once in slices between the places binary searches find; many gone (a thirty-second of the list) are
+    filtered out in one pass first, cheaper than a search each."""
+    gone: list[ManifestEntry] = []
+    added: list[ManifestEntry] = []
+    for before, after in changes:
+        if before is not None and after is not None and (k := key(after)) == key(before):
+            order[bisect_left(order, k, key=key)] = after
+            continue
+        if before is not None:
+            gone.append(before)
+        if after is not None:
+            added.append(after)
     if len(gone) + len(added) <= in_place:
         for entry in gone:
             del order[bisect_left(order, key(entry), key=key)]
@@ -60,15 +79,52 @@ def moved(order: list[ManifestEntry], key: Key, gone: list[ManifestEntry], added
 class CatalogOrders:
     """Every file in each sort of `SORTS`. Read a list it gives, never change it, and not across an await."""
 
-    def __init__(self, entries: Iterable[ManifestEntry] = ()) -> None:
+    def __init__(self, entries: Iterable[ManifestEntry] = (),
+                 zone_files: Callable[[str], list[ManifestEntry]] | None = None) -> None:
+        """`zone_files`: a zone's files (ManifestStore.zone_entries), so that a project's order is made alone."""
+        self._zone_files = zone_files
         by_path = sorted(entries, key=attrgetter("path"))
         self._whole = {sort: sorted(by_path, key=first) for sort, (_, first) in SORTS.items()}
+        self._facets: dict[tuple[str, str], dict[str, list[ManifestEntry]]] = {}  # (sort, facet): {value: its files}
 
     def whole(self, sort: str) -> list[ManifestEntry]:
         """Every file, in `sort`'s order (ascending)."""
         return self._whole[sort]
 
-    def change(self, gone: list[ManifestEntry], added: list[ManifestEntry], in_place: int) -> None:
-        """Forget `gone` (entries held), take `added` (entries of paths not held once `gone` are forgotten)."""
+    def facet(self, sort: str, facet: str, value: str) -> list[ManifestEntry]:
+        """The files whose `facet` (of `FACETS`) is `value`, in `sort`'s order (ascending)."""
+        groups = self._facets.get((sort, facet))
+        if facet == "project" and self._zone_files is not None:  # only the projects asked for, never an empty one
+            if groups is None:
+                groups = self._facets[sort, facet] = {}
+            if (order := groups.get(value)) is None:
+                order = sorted((e for e in self._zone_files(value) if e.zone == value), key=SORTS[sort][0])
+                if order:
+                    groups[value] = order
+            return order
+        if groups is None:
+            groups = self._facets[sort, facet] = {}
+            of = FACETS[facet]
+            for entry in self._whole[sort]:
+                if (group := groups.get(of(entry))) is None:
+                    group = groups[of(entry)] = []
+                group.append(entry)
+        return groups.get(value, [])
+
+    def change(self, changes: list[Change], in_place: int) -> None:
+        """Take each path's change (its entry before, held, and after; None: none), as `moved` does. A path's project,
+        category and format are its own: its entries before and after share them."""
         for sort, (key, _) in SORTS.items():
-            self._whole[sort] = moved(self._whole[sort], key, gone, added, in_place)
+            self._whole[sort] = moved(self._whole[sort], key, changes, in_place)
+        for (sort, facet), groups in self._facets.items():
+            of, every_value = FACETS[facet], facet != "project" or self._zone_files is None
+            by_value: dict[str, list[Change]] = {}
+            for change in changes:
+                by_value.setdefault(of(change[0] or change[1]), []).append(change)
+            for value, its_changes in by_value.items():
+                if not every_value and value not in groups:
+                    continue
+                if order := moved(groups.get(value, []), SORTS[sort][0], its_changes, in_place):
+                    groups[value] = order
+                else:
+                    groups.pop(value, None)

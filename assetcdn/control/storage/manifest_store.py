@@ -74,7 +74,7 @@ class ManifestStore:
         self.db = db
         self.entries: dict[str, ManifestEntry] = {}  # changed only here, with its index and the catalog's orders
         self._directories = DirectoryIndex()
-        self.catalog = CatalogOrders()  # GET /api/assets: made at start, kept through each change
+        self.catalog = CatalogOrders((), self.zone_entries)  # GET /api/assets: made at start, kept through each change
         self.generation = 0
         self.commit_id: str | None = None
 
@@ -105,7 +105,7 @@ class ManifestStore:
                                      dated)
         self.entries = entries
         self._directories = DirectoryIndex(entries.values())
-        self.catalog = CatalogOrders(entries.values())
+        self.catalog = CatalogOrders(entries.values(), self.zone_entries)
         self.generation = last_generation
         self.commit_id = last_commit
         if head != last_commit and head is not None:
@@ -203,18 +203,17 @@ class ManifestStore:
                  orjson.dumps(generation.purge) if generation.purge else None))
             await tx.execute("DELETE FROM manifest_generations WHERE generation <= ?",
                              (generation.generation - HISTORY_KEPT,))
-        gone: list[ManifestEntry] = []
-        added: list[ManifestEntry] = []
+        changes: list[tuple[ManifestEntry | None, ManifestEntry | None]] = []
         for path, entry in prepared.updates.items():
             previous = self.entries.pop(path, None) if entry is None else self.entries.get(path)
             if previous is not None:
                 self._directories.remove(previous)
-                gone.append(previous)
             if entry is not None:
                 self.entries[path] = entry
                 self._directories.add(entry)
-                added.append(entry)
-        self.catalog.change(gone, added, ORDER_UPDATES_KEPT)
+            if previous is not None or entry is not None:
+                changes.append((previous, entry))
+        self.catalog.change(changes, ORDER_UPDATES_KEPT)
         self.generation = generation.generation
         self.commit_id = generation.commit_id
         return generation

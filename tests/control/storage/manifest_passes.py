@@ -20,7 +20,20 @@ class PassedOver(dict[str, ManifestEntry]):
     __iter__ = items = values = keys = _whole  # type: ignore[assignment]
 
 
-def refuse_passes(control: TestClient) -> None:
-    """From now on, control's manifest refuses to be passed over whole (until its next build at start)."""
+class PassedOverOrder(list[ManifestEntry]):
+    """One of the catalog's kept orders, slices and binary searches only."""
+
+    def __iter__(self) -> NoReturn:
+        raise AssertionError("passed over a whole order of the catalog")
+
+
+def refuse_passes(control: TestClient, orders: bool = False) -> None:
+    """From now on, control's manifest refuses to be passed over whole (until its next build at start); with `orders`,
+    so do the catalog's orders of every file (assetcdn/control/storage/catalog_orders.py) until a change of more files
+    than are moved in place."""
     manifest = control.app[MANIFEST]
     manifest.entries = PassedOver(manifest.entries)
+    if orders:
+        whole = manifest.catalog._whole
+        for sort, order in whole.items():
+            whole[sort] = PassedOverOrder(order)

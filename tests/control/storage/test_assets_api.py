@@ -142,6 +142,57 @@ async def test_the_whole_catalog_is_ordered_once_and_kept_in_order_through_chang
     await agrees()
 
 
+def expected(sizes: dict[str, int], sort: str, **only: str) -> list[str]:
+    """The paths of `sizes` (path: size) a filter keeps (`project`, `category`, `format`), in `sort`'s order."""
+    def facets(path: str) -> dict[str, str]:
+        parts = path.split("/")
+        return {"project": parts[0], "category": parts[2], "format": path.rsplit(".", 1)[1].lower()}
+    kept = [p for p in sizes if all(facets(p)[facet] == value for facet, value in only.items())]
+    keys = {"size": lambda p: (sizes[p], p), "name": lambda p: (p.rsplit("/", 1)[1].lower(), p),
+            "project": lambda p: (p.split("/", 1)[0], p)}
+    return sorted(kept, key=keys[sort])
+
+
+async def test_filtered_and_descending_pages_are_read_from_kept_orders(catalog: TestClient) -> None:
+    """A page filtered by category, format or project passed over every file of the catalog's order on control's event
+    loop (25 to 77 ms at 100,000 files, every other request waiting), or sorted the project's files again, and a
+    descending page copied the whole order; each filter's files are kept in each order from its first ask, so a page
+    reads what it shows, right through uploads and deletes."""
+    filters: list[dict[str, str]] = [{"category": "logos"}, {"format": "png"}, {"project": "akande"},
+                                     {"project": "akande", "category": "logos"}, {"category": "icons", "format": "png"},
+                                     {"project": "bantu", "category": "icons", "format": "png"}, {"category": "none"}]
+    for sort in ("name", "size", "project"):
+        for only in filters[:3]:
+            await listing(catalog, sort=sort, **only)
+    refuse_passes(catalog, orders=True)
+    sizes = dict(FILES)
+
+    async def agrees() -> None:
+        for sort in ("name", "size", "project"):
+            assert paths(await listing(catalog, sort=sort, order="desc", per_page=2, page=3)) == expected(
+                sizes, sort)[::-1][4:6], sort
+            for only in filters:
+                body = await listing(catalog, sort=sort, **only)
+                assert paths(body) == expected(sizes, sort, **only), (sort, only)
+                assert body["Pagination"]["TotalItems"] == len(paths(body))
+                assert paths(await listing(catalog, sort=sort, order="desc", per_page=1, page=2, **only)) == expected(
+                    sizes, sort, **only)[::-1][1:2], (sort, only)
+
+    await agrees()
+    for path, size in (("akande/v1/logos/akande.svg", 5), ("bantu/v1/icons/Zebra.png", 70),
+                       ("bantu/v1/logos/new.PNG", 3)):  # moved, added, a format of its own spelling
+        resp = await catalog.put(f"/api/storage/{path}", data=b"x" * size, headers=ACCESS)
+        assert resp.status == 201, await resp.text()
+        sizes[path] = size
+    await agrees()
+    assert (await catalog.delete("/api/storage/akande/v1/logos/akande.png", headers=ACCESS)).status == 200
+    del sizes["akande/v1/logos/akande.png"]
+    await agrees()
+    assert (await catalog.delete("/api/core/zones/bantu", headers=ACCOUNT)).status == 200
+    sizes = {p: size for p, size in sizes.items() if not p.startswith("bantu/")}
+    await agrees()
+
+
 async def test_the_whole_catalog_is_not_sorted_again_after_a_change_of_many_files(catalog: TestClient,
                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A generation of more than ORDER_UPDATES_KEPT files (a zone or a directory deleted, a large batch) let the kept
