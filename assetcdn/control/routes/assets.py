@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import posixpath
 from urllib.parse import quote
@@ -25,6 +26,12 @@ CHUNK = 64
 def _asset_json(entry: ManifestEntry) -> dict[str, object]:
     return {"name": entry.name, "path": entry.path, "project": entry.zone, "category": entry.category,
             "format": entry.format, "size": entry.size}
+
+
+def with_text(entries: list[ManifestEntry], needle: str) -> list[ManifestEntry]:
+    """The entries whose name or path holds `needle` (lowercase). A name is its path's last part, and a path lowercases
+    as its parts do (no letter's lowercase depends on one across a `/`), so the path alone is read."""
+    return [e for e in entries if needle in e.path.lower()]
 
 
 async def list_assets(request: web.Request) -> web.StreamResponse:
@@ -51,8 +58,8 @@ async def list_assets(request: web.Request) -> web.StreamResponse:
         matches = catalog.whole(sort)
     if [project, category, fmt].count(None) < 2:
         matches = [e for e in matches if (category is None or e.category == category) and (fmt is None or e.format == fmt)]
-    if needle is not None:
-        matches = [e for e in matches if needle in e.name.lower() or needle in e.path.lower()]
+    if needle is not None:  # text has no index: every file of `matches` checked, on a thread (a copy: a change moves
+        matches = await asyncio.to_thread(with_text, matches[:], needle)  # the manifest's orders on the event loop)
     total = len(matches)
     first, end = (page - 1) * per_page, page * per_page
     window = matches[max(total - end, 0):max(total - first, 0)][::-1] if descending else matches[first:end]
