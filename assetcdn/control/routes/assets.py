@@ -48,7 +48,12 @@ async def list_assets(request: web.Request) -> web.StreamResponse:
     # Each from the orders the manifest keeps (assetcdn/control/storage/catalog_orders.py; keys end in the path, one per
     # file: the descending sort is the ascending one read from its end): the whole catalog's, or a project's (made
     # alone at its first ask), else the smaller of a category's and a format's; any other filter is checked on its files.
+    # Read with no await between the orders read and the page's slice: a change moves them on the event loop.
     catalog = manifest.catalog
+    if project is None:  # a category's or a format's first ask in a sort: its files grouped, on a thread
+        for facet, value in (("category", category), ("format", fmt)):
+            if value is not None:
+                await catalog.ready(sort, facet)
     if project is not None:
         matches = catalog.facet(sort, "project", project)
     elif category is not None or fmt is not None:
