@@ -23,6 +23,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -127,6 +128,10 @@ def commit_ms(manifest: ManifestStore, rng: random.Random, files: int, rounds: i
     return best
 
 
+def answered(loop: asyncio.AbstractEventLoop, app: web.Application, query: str) -> tuple[float, float]:
+    return loop.run_until_complete(answer(app, query))
+
+
 def best_of(rounds: int, run: Callable[[], tuple[float, float]]) -> tuple[float, float]:
     """(the least time to the answer, the median of the event loop's longest holds) of `rounds` runs."""
     results = [run() for _ in range(rounds)]
@@ -150,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for query in () if args.commits_only else QUERIES:
             first = loop.run_until_complete(answer(app, query))
-            took, held = best_of(args.rounds, lambda q=query: loop.run_until_complete(answer(app, q)))
+            took, held = best_of(args.rounds, partial(answered, loop, app, query))
             print(f"{query:45s} first {first[0]:7.1f} ms (loop held {first[1]:6.1f}), then {took:7.2f} ms "
                   f"(loop held {held:6.1f}, median)")
         facets = getattr(manifest.catalog, "_facets", {}) if hasattr(manifest, "catalog") else {}

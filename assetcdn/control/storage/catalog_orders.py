@@ -138,8 +138,9 @@ class CatalogOrders:
         for (sort, facet), groups in self._facets.items():
             of, every_value = FACETS[facet], facet != "project" or self._zone_files is None
             by_value: dict[str, list[Change]] = {}
-            for change in changes:
-                by_value.setdefault(of(change[0] or change[1]), []).append(change)
+            for before, after in changes:
+                if (entry := before or after) is not None:
+                    by_value.setdefault(of(entry), []).append((before, after))
             for value, its_changes in by_value.items():
                 if not every_value and value not in groups:
                     continue
