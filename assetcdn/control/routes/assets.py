@@ -63,8 +63,9 @@ async def list_assets(request: web.Request) -> web.StreamResponse:
         matches = catalog.whole(sort)
     if [project, category, fmt].count(None) < 2:
         matches = [e for e in matches if (category is None or e.category == category) and (fmt is None or e.format == fmt)]
-    if needle is not None:  # text has no index: every file of `matches` checked, on a thread (a copy: a change moves
-        matches = await asyncio.to_thread(with_text, matches[:], needle)  # the manifest's orders on the event loop)
+    if needle is not None:  # text has no index: every file of `matches` checked, on a thread, over a copy (a change
+        async with catalog.passes:  # moves the manifest's orders on the event loop); a few copies at once at most
+            matches = await asyncio.to_thread(with_text, matches[:], needle)
     total = len(matches)
     first, end = (page - 1) * per_page, page * per_page
     window = matches[max(total - end, 0):max(total - first, 0)][::-1] if descending else matches[first:end]

@@ -28,6 +28,7 @@ SORTS: dict[str, tuple[Key, Key]] = {
     "size": (lambda e: (e.size, e.path), attrgetter("size")),
     "project": (lambda e: (e.zone, e.path), attrgetter("zone")),
 }
+PASSES_AT_ONCE = 2  # passes on a thread over a copy of an order (0.8 MB at 100,000 files each), the others waiting
 FACETS: dict[str, Key] = {"project": attrgetter("zone"), "category": attrgetter("category"),
                           "format": attrgetter("format")}
 
@@ -98,6 +99,7 @@ class CatalogOrders:
         self._whole = {sort: sorted(by_path, key=first) for sort, (_, first) in SORTS.items()}
         self._facets: dict[tuple[str, str], dict[str, list[ManifestEntry]]] = {}  # (sort, facet): {value: its files}
         self._changes = 0  # changes taken so far
+        self.passes = asyncio.Semaphore(PASSES_AT_ONCE)  # held by each pass over a copy of an order, here and the route's
 
     def whole(self, sort: str) -> list[ManifestEntry]:
         """Every file, in `sort`'s order (ascending)."""
@@ -108,10 +110,14 @@ class CatalogOrders:
         over a copy of the order, and control answers meanwhile; if a change came meanwhile, it is done again here."""
         if (sort, facet) in self._facets or facet == "project" and self._zone_files is not None:
             return
-        changes = self._changes
-        groups = await asyncio.to_thread(grouped, self._whole[sort][:], FACETS[facet])
-        if (sort, facet) not in self._facets:
-            self._facets[sort, facet] = groups if self._changes == changes else grouped(self._whole[sort], FACETS[facet])
+        async with self.passes:
+            if (sort, facet) in self._facets:  # made while this one waited
+                return
+            changes = self._changes
+            groups = await asyncio.to_thread(grouped, self._whole[sort][:], FACETS[facet])
+            if (sort, facet) not in self._facets:
+                self._facets[sort, facet] = (groups if self._changes == changes
+                                             else grouped(self._whole[sort], FACETS[facet]))
 
     def facet(self, sort: str, facet: str, value: str) -> list[ManifestEntry]:
         """The files whose `facet` (of `FACETS`) is `value`, in `sort`'s order (ascending); `ready` first, so that a
