@@ -15,6 +15,28 @@ from tests.browser.headless_chromium import DevToolsError, HeadlessChromium
 
 WAIT_S = 30.0  # upper bound for the page to reach a state (never asserted as a duration)
 VIEWPORT = {"width": 1360, "height": 860}
+PHONE = {"width": 390, "height": 844}  # a phone held upright, in CSS pixels
+
+# What reaches past the viewport's sides where nobody can see it: an element wider than the screen is fine only inside
+# a box that scrolls (or clips) sideways, e.g. a .table-wrap. The outermost such element is named, with its text.
+CUT_OFF = """(() => {
+  const width = document.documentElement.clientWidth;
+  const clips = (el) => ['auto', 'scroll', 'hidden', 'clip'].includes(getComputedStyle(el).overflowX);
+  const out = (el) => { const r = el.getBoundingClientRect();
+                        return r.width > 0 && r.height > 0 && (r.right > width + 0.5 || r.left < -0.5); };
+  const found = [];
+  for (const el of document.body.querySelectorAll('*')) {
+    if (!out(el) || (el.parentElement !== document.body && out(el.parentElement))) continue;
+    let up = el.parentElement;
+    while (up && up !== document.body && !clips(up)) up = up.parentElement;
+    if (up && up !== document.body) continue;
+    const r = el.getBoundingClientRect();
+    found.push(`${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}${el.classList.length ? '.' + [...el.classList].join('.') : ''}`
+               + ` [${Math.round(r.left)}, ${Math.round(r.right)}] ${JSON.stringify((el.textContent || '').trim().slice(0, 40))}`);
+  }
+  if (document.documentElement.scrollWidth > width) found.push(`the page scrolls sideways: ${document.documentElement.scrollWidth} px wide`);
+  return found;
+})()"""
 
 
 class DashboardBrowser(HeadlessChromium):
@@ -42,6 +64,14 @@ class DashboardBrowser(HeadlessChromium):
         elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
             self.problems.append("console.error: " + " ".join(str(a.get("value", a.get("description", "")))
                                                                for a in params.get("args", [])))
+
+    async def as_phone(self) -> None:
+        """The page from now on as a phone shows it (PHONE, a touch screen)."""
+        await self.command("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=True, **PHONE)
+
+    async def cut_off(self) -> list[str]:
+        """What of the page reaches past the viewport's sides and cannot be scrolled to there (CUT_OFF); [] when all fits."""
+        return list(await self.evaluate(CUT_OFF))
 
     async def js(self, expression: str) -> Any:
         return await self.evaluate(expression)

@@ -926,6 +926,20 @@ async def test_a_narrow_screen_folds_the_sidebar_away(site: Site, browser: Dashb
     assert page.problems == []
 
 
+async def test_analytics_fits_a_phone(site: Site, browser: DashboardBrowser) -> None:
+    """On a phone the Analytics view was wider than the screen: the errors' table of paths widened the column of cards,
+    so the page scrolled sideways and the counts of Countries and of the errors were cut off at the screen's edge. The
+    cards take the screen's width, and the table scrolls within its card."""
+    await seed_past_traffic(site)
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    await open_view(page, base, "analytics?days=30", "!!document.querySelector('[data-chart=errors] .count')"
+                                                     " && !!document.querySelector('#analytics-body table td.mono')")
+    assert await page.cut_off() == []
+    assert page.problems == []
+
+
 async def test_the_link_to_a_view_whose_address_it_changed_opens_it_again(site: Site, browser: DashboardBrowser) -> None:
     """A view that changed its own address (Analytics' period, a Files preview closed by a delete), then the link it
     was opened with: the shell took that link for an address it had put back after a refused leave, and did nothing.

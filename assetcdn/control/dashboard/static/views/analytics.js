@@ -74,11 +74,11 @@ export async function render(container, { params }) {
           { kind: "alt", format: formatNumber, emptyText: "No request in this period.", name: "countries" })),
         card("Errors by status", null,
           hbars(errors.Errors.map((e) => ({ label: `${e.StatusCode}`, value: e.Count })), { kind: "bad", format: formatNumber, emptyText: "No error in this period.", name: "errors" }),
-          errors.Errors.length ? h("table", { style: "margin-top: 12px" },
+          errors.Errors.length ? h("div.table-wrap", { style: "margin-top: 12px" }, h("table", null,
             h("thead", null, h("tr", null, h("th", null, "Status"), h("th", null, "Most frequent paths"), h("th.num", null, "Count"))),
             h("tbody", null, errors.Errors.flatMap((e) => e.TopPaths.slice(0, 3).map((p, i) => h("tr", null,
               h("td", null, i ? "" : h("span", { class: `status-${String(e.StatusCode)[0]}` }, String(e.StatusCode))),
-              h("td.mono", null, p.Path), h("td.num", null, formatNumber(p.Count))))))) : null)));
+              h("td.mono", null, p.Path), h("td.num", null, formatNumber(p.Count)))))))) : null)));
   }
 
   if (params.get("zone") && zone !== params.get("zone")) history.replaceState(null, "", `#/analytics?days=${days}&zone=all`);
