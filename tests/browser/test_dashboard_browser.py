@@ -940,6 +940,22 @@ async def test_analytics_fits_a_phone(site: Site, browser: DashboardBrowser) -> 
     assert page.problems == []
 
 
+async def test_a_purges_result_fits_a_phone(site: Site, browser: DashboardBrowser) -> None:
+    """On a phone a purge's result (each edge's acknowledgement) and the session's earlier purges were tables wider than
+    the screen, outside any box that scrolls: the page scrolled sideways and the acknowledgement latencies were cut off
+    at the screen's edge. Each table scrolls within its card."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    await open_view(page, base, "purge", "!!document.getElementById('purge-submit')")
+    await page.fill("#purge-urls", f"/{ZONE}/v1/logos/{IMAGE}")
+    await page.click("#purge-submit")
+    await page.wait_for("!!document.querySelector('#purge-edges tr[data-edge=\"edge-0\"]')"
+                        " && document.querySelectorAll('#purge-history tbody tr').length === 1")
+    assert await page.cut_off() == []
+    assert page.problems == []
+
+
 async def test_the_link_to_a_view_whose_address_it_changed_opens_it_again(site: Site, browser: DashboardBrowser) -> None:
     """A view that changed its own address (Analytics' period, a Files preview closed by a delete), then the link it
     was opened with: the shell took that link for an address it had put back after a refused leave, and did nothing.

@@ -106,7 +106,7 @@ export async function render(container, { params }) {
     h("p", null, h("b", null, "Purged: "), what),
     h("p.muted.small", null, `Generation ${answer.generation} · ${formatDate(answer.dateCreated)} · ${"remaining_today" in answer ? `${answer.remaining_today} purges left today` : "no daily purge limit"} · `,
       `all acknowledgements within ${Math.round(edges.elapsedMs || 0)} ms. ${answer.note || ""}`),
-    nodes.length ? h("table#purge-edges", null,
+    nodes.length ? h("div.table-wrap", null, h("table#purge-edges", null,
       h("thead", null, h("tr", null, h("th", null, "Edge"), h("th", null, "Acknowledged"), h("th.num", null, "Entries removed"), h("th.num", null, "Ack latency"))),
       h("tbody", null, nodes.map(([node, acked]) => {
         const ms = perNode(latency, node, (v) => Math.max(...v));
@@ -116,12 +116,12 @@ export async function render(container, { params }) {
           h("td", null, acked ? badge("acknowledged", "ok") : badge("pending: applies it on catch-up", "warn")),
           h("td.num", null, dropped === null ? "–" : formatNumber(dropped)),
           h("td.num", null, ms === null ? "–" : `${ms.toFixed(1)} ms`));
-      }))) : h("p.notice", null, "No edge is registered: nothing to acknowledge.")));
+      })))) : h("p.notice", null, "No edge is registered: nothing to acknowledge.")));
   }
 
   function showHistory() {
     if (!purges.length) { clear(past); return; }
-    clear(past, card("Earlier purges in this session", null, h("table", null,
+    clear(past, card("Earlier purges in this session", null, h("div.table-wrap", null, h("table", null,
       h("thead", null, h("tr", null, h("th", null, "When"), h("th", null, "What"), h("th.num", null, "Edges"), h("th.num", null, "Slowest ack"))),
       h("tbody", null, purges.map(({ answer }) => {
         const values = Object.values((answer.edges || {}).latencyMs || {});
@@ -129,7 +129,7 @@ export async function render(container, { params }) {
           h("td.mono", null, named(answer) + (answer.soft ? " (soft)" : "")),
           h("td.num", null, `${(answer.edges.acknowledged || []).length}/${answer.edges.total}`),
           h("td.num", null, values.length ? `${Math.max(...values).toFixed(1)} ms` : "–"));
-      })))));
+      }))))));
   }
 
   container.append(card("Purge the edge caches", [tabs], body,
