@@ -956,6 +956,24 @@ async def test_a_purges_result_fits_a_phone(site: Site, browser: DashboardBrowse
     assert page.problems == []
 
 
+async def test_files_fit_a_phone(site: Site, browser: DashboardBrowser) -> None:
+    """On a phone the Files view was wider than the screen: its folder's table (the modification times) widened the one
+    column of the file list and the preview, so the page scrolled sideways and New folder and the table's last columns
+    were cut off at the screen's edge. Both cards take the screen's width, and the table scrolls within its card."""
+    async with ClientSession() as client:
+        await create_zone(site, client)
+    await put_on_edge(site, f"{ZONE}/v1/logos/{IMAGE}", png(64, 40))
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    await open_view(page, base, f"files/{ZONE}/v1", "!!document.querySelector('#file-list tr[data-name=logos]')")
+    assert await page.cut_off() == []
+    await open_view(page, base, f"files/{ZONE}/v1/logos?file={IMAGE}",
+                    "(img => !!img && img.complete && img.naturalWidth === 64)(document.getElementById('preview-image'))")
+    assert await page.cut_off() == []
+    assert page.problems == []
+
+
 async def test_the_link_to_a_view_whose_address_it_changed_opens_it_again(site: Site, browser: DashboardBrowser) -> None:
     """A view that changed its own address (Analytics' period, a Files preview closed by a delete), then the link it
     was opened with: the shell took that link for an address it had put back after a refused leave, and did nothing.
