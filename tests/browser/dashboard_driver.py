@@ -111,13 +111,15 @@ class DashboardBrowser(HeadlessChromium):
                             f" el.value = {json.dumps(value)}; el.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")
 
     async def press(self, key: str) -> None:
-        """A key pressed and released where the focus is, as the keyboard sends it (Enter, Escape)."""
-        codes = {"Enter": 13, "Escape": 27}
+        """A key pressed and released where the focus is, as the keyboard sends it (Enter, Escape, Tab, Space)."""
+        codes = {"Enter": 13, "Escape": 27, "Tab": 9, " ": 32}
         down: dict[str, Any] = {"key": key, "code": key, "windowsVirtualKeyCode": codes[key]}
         if key == "Enter":
             down["text"] = "\r"
+        elif key == " ":
+            down.update(code="Space", text=" ")
         await self.command("Input.dispatchKeyEvent", type="keyDown", **down)
-        await self.command("Input.dispatchKeyEvent", type="keyUp", key=key, code=key, windowsVirtualKeyCode=codes[key])
+        await self.command("Input.dispatchKeyEvent", type="keyUp", key=key, code=down["code"], windowsVirtualKeyCode=codes[key])
 
     async def type_text(self, text: str) -> None:
         """Text typed where the focus is (Input.insertText: what a keyboard's characters would enter)."""

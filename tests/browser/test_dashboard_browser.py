@@ -1029,6 +1029,24 @@ async def test_a_rule_error_is_reached_from_the_keyboard(site: Site, browser: Da
     assert page.problems == []
 
 
+async def test_the_rules_editor_shows_where_the_focus_is(site: Site, browser: DashboardBrowser) -> None:
+    """The rules editor's text box took the focus from the keyboard (Tab from Save and publish) with nothing to show it:
+    the page removes its outline, and the box around it stayed as it was. The box is outlined while the text has the
+    focus, as the other fields are."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "rules", "!!document.getElementById('rules-text')")
+    looks = ("(() => { const box = document.querySelector('.editor'), text = document.getElementById('rules-text');"
+             " return [box, text].map(e => { const c = getComputedStyle(e);"
+             " return [c.outlineStyle, c.outlineWidth, c.outlineColor, c.borderColor, c.boxShadow].join(' '); }).join(' | '); })()")
+    await page.js("document.getElementById('rules-save').focus()")
+    unfocused = await page.js(looks)
+    await page.press("Tab")
+    assert await page.js("document.activeElement.id") == "rules-text"
+    assert await page.js(looks) != unfocused
+    assert page.problems == []
+
+
 async def test_live_logs_show_what_was_logged_while_the_stream_was_down(site: Site, browser: DashboardBrowser) -> None:
     """A live tail whose stream dropped (control restarting, a proxy) went on after the browser reconnected with what
     was logged from then on: what was logged in between never showed. Once the stream is back, it is read and shown."""
