@@ -1047,6 +1047,34 @@ async def test_the_rules_editor_shows_where_the_focus_is(site: Site, browser: Da
     assert page.problems == []
 
 
+async def test_a_choice_made_from_the_keyboard_keeps_the_focus(site: Site, browser: DashboardBrowser) -> None:
+    """Analytics' period, the Purge view's kind of purge and the rules editor's file are rows of buttons that were drawn
+    anew at each choice: the button pressed with Enter or Space was removed with the focus on it, so the focus fell to
+    the page's start and the next Tab began there. The button chosen keeps the focus, and says it is the one chosen."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    chosen = "(b => document.activeElement === b && b.classList.contains('active') && b.getAttribute({state}) === 'true')"
+    await open_view(page, base, "analytics", "document.querySelector('#period button.active')?.dataset.days === '7'")
+    await page.js("document.querySelector('#period button[data-days=\"30\"]').focus()")
+    await page.press("Enter")
+    await page.wait_for("location.hash === '#/analytics?days=30&zone=all' && !!document.querySelector('[data-kpi=requests] .value')")
+    assert await page.js(chosen.format(state="'aria-pressed'") + "(document.querySelector('#period button[data-days=\"30\"]'))")
+
+    await open_view(page, base, "purge", "!!document.getElementById('purge-urls')")
+    await page.js("document.querySelector('#purge-mode button[data-mode=prefixes]').focus()")
+    await page.press(" ")
+    await page.wait_for("!!document.getElementById('purge-prefixes')")
+    assert await page.js(chosen.format(state="'aria-pressed'") + "(document.querySelector('#purge-mode button[data-mode=prefixes]'))")
+
+    await open_view(page, base, "rules", "!!document.getElementById('rules-text')")
+    redirects = "[...document.querySelectorAll('#view .segmented button')].find(b => b.textContent === '_redirects')"
+    await page.js(f"{redirects}.focus()")
+    await page.press("Enter")
+    await page.wait_for("document.getElementById('rules-text').placeholder.startsWith('# _redirects')")
+    assert await page.js(chosen.format(state="'aria-selected'") + f"({redirects})")
+    assert page.problems == []
+
+
 async def test_live_logs_show_what_was_logged_while_the_stream_was_down(site: Site, browser: DashboardBrowser) -> None:
     """A live tail whose stream dropped (control restarting, a proxy) went on after the browser reconnected with what
     was logged from then on: what was logged in between never showed. Once the stream is back, it is read and shown."""

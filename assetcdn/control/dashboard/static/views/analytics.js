@@ -32,9 +32,15 @@ export async function render(container, { params }) {
     load();
   }
 
+  // The buttons are made once and marked: one drawn anew would take the focus away from the keyboard's choice.
+  periods.append(...PERIODS.map((n) => h("button", { type: "button", dataset: { days: n }, onclick: () => { days = n; sync(); } },
+    n === 1 ? "1 day" : `${n} days`)));
   function showPeriods() {
-    clear(periods, PERIODS.map((n) => h(`button${n === days ? ".active" : ""}`, { type: "button", dataset: { days: n }, onclick: () => { days = n; sync(); } },
-      n === 1 ? "1 day" : `${n} days`)));
+    for (const button of periods.children) {
+      const active = Number(button.dataset.days) === days;
+      button.classList.toggle("active", active);
+      button.setAttribute("aria-pressed", String(active));
+    }
   }
 
   async function load() {

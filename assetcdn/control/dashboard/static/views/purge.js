@@ -29,9 +29,14 @@ export async function render(container, { params }) {
   const result = h("div#purge-result");
   const past = h("div#purge-history");
 
+  // The buttons are made once and marked: one drawn anew would take the focus away from the keyboard's choice.
+  tabs.append(...[["urls", "By URL"], ["prefixes", "By prefix"], ["tags", "By tag"], ["everything", "Everything"]].map(([key, label]) =>
+    h("button", { type: "button", dataset: { mode: key }, onclick: () => { mode = key; showMode(); } }, label)));
   function showMode() {
-    clear(tabs, [["urls", "By URL"], ["prefixes", "By prefix"], ["tags", "By tag"], ["everything", "Everything"]].map(([key, label]) =>
-      h(`button${key === mode ? ".active" : ""}`, { type: "button", dataset: { mode: key }, onclick: () => { mode = key; showMode(); } }, label)));
+    for (const button of tabs.children) {
+      button.classList.toggle("active", button.dataset.mode === mode);
+      button.setAttribute("aria-pressed", String(button.dataset.mode === mode));
+    }
     clear(body,
       mode === "urls" ? h("label.field", null, "URLs or paths, one per line (at most 30)", urls)
         : mode === "prefixes" ? h("label.field", null, "Path prefixes (/<zone>/... or a URL), one per line (at most 30): every path under each", prefixes)

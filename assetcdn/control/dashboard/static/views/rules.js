@@ -36,10 +36,15 @@ export async function render(container, { params }) {
     gutter.scrollTop = textarea.scrollTop;
   }
 
+  // The tabs are made once and marked: one drawn anew would take the focus away from the keyboard's choice.
+  tabs.append(...Object.keys(FILES).map((name) => h("button", {
+    type: "button", role: "tab", dataset: { file: name }, onclick: () => { drafts[current] = textarea.value; current = name; open(); },
+  }, name)));
   function showTabs() {
-    clear(tabs, Object.keys(FILES).map((name) => h(`button${name === current ? ".active" : ""}`, {
-      type: "button", role: "tab", onclick: () => { drafts[current] = textarea.value; current = name; open(); },
-    }, name)));
+    for (const tab of tabs.children) {
+      tab.classList.toggle("active", tab.dataset.file === current);
+      tab.setAttribute("aria-selected", String(tab.dataset.file === current));
+    }
   }
 
   function open() {
