@@ -1075,6 +1075,67 @@ async def test_a_choice_made_from_the_keyboard_keeps_the_focus(site: Site, brows
     assert page.problems == []
 
 
+async def test_the_keyboard_keeps_its_place_when_a_list_is_drawn_again(site: Site, browser: DashboardBrowser) -> None:
+    """Lists were drawn anew after each change and the webhook deliveries every 5 s, with the button that had the focus
+    in them: the focus fell to the page's start. A webhook's Deliveries pressed with Enter, a dead letter's Replay
+    reached with Tab and then refreshed under it, lost the keyboard's place; so did a revoked token's list. The button
+    keeps the focus in the list drawn again; when its row is gone (deleted), the list has it."""
+    async with ClientSession() as client:
+        ids = {}
+        for target in ("ok", "down"):
+            resp = await client.post(site.control.make_url("/api/webhooks"), headers=ACCOUNT,
+                                     json={"url": f"{site.receiver}/{target}", "events": ["purge.completed"]})
+            assert resp.status == 201, await resp.text()
+            ids[target] = (await resp.json())["id"]
+        resp = await client.post(site.control.make_url("/api/tokens"), headers=ACCOUNT,
+                                 json={"name": "ci", "scopes": ["storage:read"], "expiresInDays": 7})
+        assert resp.status == 201, await resp.text()
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    row = "document.querySelector('{list} tr[data-id=\"{id}\"]')"
+    button = "[...{row}.querySelectorAll('button')].find(b => b.textContent === '{text}')"
+    focus_in_row = "(document.activeElement.textContent === '{text}' && document.activeElement.closest('tr') === {row})"
+
+    await open_view(page, base, "webhooks", f"!!{row.format(list='#webhook-list', id=ids['down'])}")
+    down = row.format(list="#webhook-list", id=ids["down"])
+    await page.js(f"{button.format(row=down, text='Deliveries')}.focus()")
+    await page.press("Enter")
+    await page.wait_for(f"document.querySelector('#webhook-detail h2')?.textContent === 'Deliveries to {site.receiver}/down'")
+    assert await page.js(focus_in_row.format(text="Deliveries", row=down))
+
+    # A dead letter of /down (a purge's event, after two quick retries), refreshed every 5 s with its Replay focused.
+    assert await page.js("fetch('/api/purge', {method: 'POST', headers: {'Content-Type': 'application/json'},"
+                         " body: JSON.stringify({tags: ['all-assets']})}).then(r => r.status)") == 200
+    await page.wait_for("!!document.querySelector('#webhook-detail tr[data-state=dead] button')")
+    letter = await page.js("(() => { const b = document.querySelector('#webhook-detail tr[data-state=dead] button'); b.focus();"
+                           " window.drawnBefore = [...document.getElementById('webhook-detail').children];"
+                           " return window.drawnBefore.some(card => card.contains(b)) && b.closest('tr').dataset.id; })()")
+    assert letter
+    await page.wait_for("!window.drawnBefore.some(card => document.contains(card))")  # the next refresh
+    assert await page.js("document.activeElement.textContent === 'Replay'"
+                         f" && document.activeElement.closest('tr').dataset.id === {json.dumps(letter)}")
+
+    # Deleted from the keyboard (the confirmation opens on Cancel; Tab, Enter): the list keeps the focus.
+    ok = row.format(list="#webhook-list", id=ids["ok"])
+    await page.js(f"{button.format(row=ok, text='Delete')}.focus()")
+    await page.press("Enter")
+    await page.wait_for("document.activeElement?.textContent === 'Cancel'")
+    await page.press("Tab")
+    await page.press("Enter")
+    await page.wait_for(f"!{ok}")
+    assert await page.js("document.activeElement.id") == "webhook-list"
+
+    await open_view(page, base, "tokens", "!!document.querySelector('#token-list tr[data-id]')")
+    await page.js("document.querySelector('#token-list tr[data-id] button').focus()")
+    await page.press("Enter")
+    await page.wait_for("document.activeElement?.textContent === 'Cancel'")
+    await page.press("Tab")
+    await page.press("Enter")
+    await page.wait_for("!document.querySelector('#token-list tr[data-id]')")
+    assert await page.js("document.activeElement.id") == "token-list"
+    assert page.problems == []
+
+
 async def test_live_logs_show_what_was_logged_while_the_stream_was_down(site: Site, browser: DashboardBrowser) -> None:
     """A live tail whose stream dropped (control restarting, a proxy) went on after the browser reconnected with what
     was logged from then on: what was logged in between never showed. Once the stream is back, it is read and shown."""

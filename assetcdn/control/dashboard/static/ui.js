@@ -51,6 +51,36 @@ export function clear(el, ...children) {
   return el;
 }
 
+/** Where the focus is in `container`, to find it again once the container is drawn anew: its row and its words. */
+function focusPlace(container) {
+  const focused = document.activeElement;
+  if (!focused || focused === container || !container.contains(focused)) return null;
+  const row = focused.closest("tr");
+  const rowKey = (tr) => (tr ? tr.dataset.id ?? tr.dataset.zone ?? tr.dataset.name ?? null : null);
+  return { row: row && container.contains(row) ? rowKey(row) : null, tag: focused.tagName, text: focused.textContent, rowKey };
+}
+
+/**
+ * `clear`, for what is drawn again while it may hold the focus (a list after a change, a table refreshed on a timer): the
+ * button that had it (the same words, in the row of the same id) has it again, so that the keyboard keeps its place.
+ * When it is gone (its row deleted), the container takes the focus: the next Tab goes on from there, not from the page's
+ * start.
+ */
+export function redraw(container, ...children) {
+  const place = focusPlace(container);
+  clear(container, ...children);
+  if (!place) return container;
+  const again = [...container.querySelectorAll(place.tag)].find((el) => el.textContent === place.text
+    && place.rowKey(el.closest("tr")) === place.row);
+  if (again) {
+    again.focus({ preventScroll: true });
+  } else {
+    container.tabIndex = -1;
+    container.focus({ preventScroll: true });
+  }
+  return container;
+}
+
 // --- formatting -----------------------------------------------------------------------------
 export function formatBytes(bytes) {
   if (bytes === null || bytes === undefined || Number.isNaN(bytes)) return "–";

@@ -1,6 +1,6 @@
 // Passkeys: add one with this device (navigator.credentials), rename, remove. The WebAuthn
 // ceremonies are the sign-in page's (window.assetcdnPasskeys from /dashboard/login.js).
-import { card, clear, confirmDanger, dialog, empty, formatDate, h, toast, ago, badge } from "../ui.js";
+import { card, clear, confirmDanger, dialog, empty, formatDate, h, redraw, toast, ago, badge } from "../ui.js";
 
 export const title = "Passkeys";
 
@@ -35,7 +35,7 @@ export async function render(container) {
 
   async function load() {
     const items = await helpers().list();
-    clear(list, items.length ? h("table", null,
+    redraw(list, items.length ? h("table", null,
       h("thead", null, h("tr", null, h("th", null, "Name"), h("th", null, "Kind"), h("th", null, "Added"), h("th", null, "Last used"), h("th"))),
       h("tbody", null, items.map((p) => h("tr", { dataset: { id: p.id, name: p.name } },
         h("td", null, h("b", null, p.name)),

@@ -1,6 +1,6 @@
 // API tokens: mint with scopes (the secret is shown once), list, revoke.
 import { del, get, post, status } from "../api.js";
-import { ago, badge, card, clear, confirmDanger, copyText, dialog, empty, formatDate, h, toast } from "../ui.js";
+import { ago, badge, card, clear, confirmDanger, copyText, dialog, empty, formatDate, h, redraw, toast } from "../ui.js";
 
 export const title = "API tokens";
 
@@ -34,7 +34,7 @@ export async function render(container) {
 
   async function load() {
     const answer = await get("/api/tokens");
-    clear(list, answer.tokens.length ? h("table", null,
+    redraw(list, answer.tokens.length ? h("table", null,
       h("thead", null, h("tr", null, h("th", null, "Name"), h("th", null, "Prefix"), h("th", null, "Scopes"), h("th", null, "Created"), h("th", null, "Expires"), h("th", null, "Last used"), h("th"))),
       h("tbody", null, answer.tokens.map((t) => h("tr", { dataset: { id: t.id } },
         h("td", null, h("b", null, t.name)), h("td.mono", null, `${t.prefix}…`),

@@ -1,7 +1,7 @@
 // Webhooks: register (the signing secret is shown once), delete, and per webhook its recent
 // deliveries and dead letters, which can be replayed.
 import { del, get, post, status } from "../api.js";
-import { ago, badge, card, clear, confirmDanger, copyText, dialog, empty, formatDate, h, toast } from "../ui.js";
+import { ago, badge, card, clear, confirmDanger, copyText, dialog, empty, formatDate, h, redraw, toast } from "../ui.js";
 
 export const title = "Webhooks";
 
@@ -49,7 +49,7 @@ export async function render(container, { rest }) {
   async function load() {
     hooks = (await get("/api/webhooks")).webhooks;
     if (selected && !hooks.some((w) => w.id === selected)) selected = hooks[0] ? hooks[0].id : null;
-    clear(list, hooks.length ? h("table", null,
+    redraw(list, hooks.length ? h("table", null,
       h("thead", null, h("tr", null, h("th", null, "URL"), h("th", null, "Events"), h("th", null, "Secret"), h("th", null, "Created"), h("th"))),
       h("tbody", null, hooks.map((w) => h(`tr${w.id === selected ? ".selected" : ""}`, { dataset: { id: w.id } },
         h("td.mono", null, w.url),
@@ -64,7 +64,7 @@ export async function render(container, { rest }) {
   }
 
   async function loadDeliveries() {
-    if (!selected) { clear(detail); return; }
+    if (!selected) { redraw(detail); return; }
     const hook = hooks.find((w) => w.id === selected);
     const [{ deliveries }, { deadLetters }] = await Promise.all([
       get("/api/webhooks/deliveries", { id: selected, limit: 50 }), get("/api/webhooks/dead-letters", { id: selected, limit: 50 })]);
@@ -77,7 +77,7 @@ export async function render(container, { rest }) {
         h("td.nowrap", null, formatDate(d.createdAt)), h("td.nowrap", null, ago(d.updatedAt)),
         dead ? null : h("td.nowrap", null, d.nextAttemptAt ? formatDate(d.nextAttemptAt) : "–"),
         h("td.actions", null, dead ? h("button.small", { type: "button", onclick: () => replay(d) }, "Replay") : null)))))) : empty(dead ? "No dead letter." : "No delivery yet.");
-    clear(detail,
+    redraw(detail,
       card(`Deliveries to ${hook ? hook.url : selected}`, null, table(deliveries, false)),
       card("Dead letters", [deadLetters.length ? badge(`${deadLetters.length}`, "bad") : null],
         h("p.muted.small", null, "Deliveries whose every retry failed. Replay sends one again, with its retries anew."), table(deadLetters, true)));

@@ -1,7 +1,7 @@
 // Zones: list, create (stored, or pulling from an origin), delete (typed confirmation), each zone's origin and
 // each zone's custom domains.
 import { ApiError, del, get, post, put } from "../api.js";
-import { badge, card, clear, confirmDanger, empty, formatBytes, formatDate, formatNumber, h, toast } from "../ui.js";
+import { badge, card, clear, confirmDanger, empty, formatBytes, formatDate, formatNumber, h, redraw, toast } from "../ui.js";
 
 export const title = "Zones";
 
@@ -27,14 +27,14 @@ export async function render(container, { rest }) {
     try {
       zones = await get("/api/core/zones");
     } catch (error) {
-      clear(list, h("div.notice.error", null, error.message));
+      redraw(list, h("div.notice.error", null, error.message));
       return;
     }
     if (!zones.length) {
-      clear(list, empty("No zone yet: create the first one above."));
+      redraw(list, empty("No zone yet: create the first one above."));
       return;
     }
-    clear(list, h("table", null,
+    redraw(list, h("table", null,
       h("thead", null, h("tr", null, h("th", null, "Zone"), h("th.num", null, "Files"), h("th.num", null, "Storage"),
         h("th", null, "Categories"), h("th", null, "Created"), h("th", null, "Kind"), h("th", null, "State"), h("th"))),
       h("tbody", null, zones.map((zone) => h("tr", { dataset: { zone: zone.Name } },
@@ -248,9 +248,9 @@ export async function render(container, { rest }) {
       try {
         const answer = await get(`/api/core/zones/${encodeURIComponent(zone)}/domains`);
         note.textContent = `Point each domain at ${answer.CnameTarget} with a CNAME record. The zone is also served on its own host under the base domain.`;
-        clear(table, answer.Domains.length ? h("table", null,
+        redraw(table, answer.Domains.length ? h("table", null,
           h("thead", null, h("tr", null, h("th", null, "Hostname"), h("th", null, "TLS"), h("th", null, "Added"), h("th"))),
-          h("tbody", null, answer.Domains.map((d) => h("tr", null,
+          h("tbody", null, answer.Domains.map((d) => h("tr", { dataset: { name: d.Hostname } },
             h("td", null, h("b", null, d.Hostname)), h("td", null, certificateCell(d)),
             h("td", null, formatDate(d.DateCreated)),
             h("td.actions", null, h("button.small.danger", {
