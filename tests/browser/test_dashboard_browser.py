@@ -926,6 +926,33 @@ async def test_a_narrow_screen_folds_the_sidebar_away(site: Site, browser: Dashb
     assert page.problems == []
 
 
+async def test_the_phones_menu_from_the_keyboard(site: Site, browser: DashboardBrowser) -> None:
+    """On a phone the Menu's sections, opened from the keyboard, stayed open at Escape; and a section chosen with Enter
+    hid the link that had the focus, so the focus fell to the page's start. Escape closes the menu, and a menu closed
+    with the focus in it gives the focus back to the Menu button."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+    menu_open = "document.getElementById('nav-toggle').getAttribute('aria-expanded') === 'true'"
+    await page.js("document.getElementById('nav-toggle').focus()")
+    await page.press("Enter")
+    await page.wait_for(menu_open)
+    await page.press("Tab")
+    assert await page.js("document.activeElement.dataset.view") == "zones"
+    await page.press("Escape")
+    assert await page.js(f"!({menu_open}) && document.activeElement.id === 'nav-toggle'")
+    assert await page.js("document.getElementById('nav').getClientRects().length") == 0
+
+    await page.press("Enter")
+    await page.wait_for(menu_open)
+    await page.js("document.querySelector('#nav a[data-view=tokens]').focus()")
+    await page.press("Enter")
+    await page.wait_for("!!document.getElementById('token-form')")
+    assert await page.js(f"!({menu_open}) && document.activeElement.id === 'nav-toggle'")
+    assert page.problems == []
+
+
 async def test_analytics_fits_a_phone(site: Site, browser: DashboardBrowser) -> None:
     """On a phone the Analytics view was wider than the screen: the errors' table of paths widened the column of cards,
     so the page scrolled sideways and the counts of Countries and of the errors were cut off at the screen's edge. The

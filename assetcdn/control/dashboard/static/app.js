@@ -48,11 +48,20 @@ function buildNav() {
   // On a narrow screen the sections are behind the Menu button (dashboard.css); it is hidden on a wide one.
   nav.addEventListener("click", () => showMenu(false)); // the view chosen may be the one shown: no route change
   document.getElementById("nav-toggle").addEventListener("click", () => showMenu(!document.querySelector(".sidebar").classList.contains("open")));
+  document.querySelector(".sidebar").addEventListener("keydown", (event) => {
+    if (event.key === "Escape") showMenu(false);
+  });
 }
 
 function showMenu(open) {
-  document.querySelector(".sidebar").classList.toggle("open", open);
-  document.getElementById("nav-toggle").setAttribute("aria-expanded", String(open));
+  const sidebar = document.querySelector(".sidebar");
+  const toggle = document.getElementById("nav-toggle");
+  const closing = !open && sidebar.classList.contains("open");
+  sidebar.classList.toggle("open", open);
+  toggle.setAttribute("aria-expanded", String(open));
+  // The sections hidden again (the Menu button is shown: a narrow screen) with the focus on one of them: the focus goes
+  // back to the Menu button, not to the page's start.
+  if (closing && toggle.getClientRects().length && sidebar.contains(document.activeElement)) toggle.focus();
 }
 
 async function show() {
