@@ -554,6 +554,33 @@ async def open_origin_panel(page: DashboardBrowser, base: str, zone: str, state:
                         f"document.getElementById('origin-state').textContent.includes({json.dumps(state)})")
 
 
+async def test_a_zones_panels_take_the_focus_and_give_it_back(site: Site, browser: DashboardBrowser) -> None:
+    """A zone's Origin or Domains panel, opened from its row with Enter, appeared below the list with the focus left on
+    the row (the panel a row's worth of Tabs away), and its Close removed the panel with the focus in it, so the focus
+    fell to the page's start. The panel takes the focus (its heading: no on-screen keyboard opens on a phone), and
+    Close gives it back to the row's button that opened it."""
+    async with ClientSession() as client:
+        await create_zone(site, client)
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    await open_view(page, base, "zones", f"!!document.querySelector('#zone-list tr[data-zone=\"{ZONE}\"]')")
+    for action, ready, heading in (("origin", "#origin-form", f"Origin of {ZONE}"),
+                                   ("domains", "#domain-add", f"Domains of {ZONE}")):
+        opener = f"document.querySelector('#zone-list tr[data-zone=\"{ZONE}\"] button[data-action={action}]')"
+        await page.js(f"{opener}.focus()")
+        await page.press("Enter")
+        await page.wait_for(f"!!document.querySelector('{ready}')")
+        await page.wait_for(f"document.activeElement.textContent === {json.dumps(heading)}")
+        await page.press("Tab")
+        assert await page.js("document.getElementById('zone-domains').contains(document.activeElement)")
+        await page.js("[...document.querySelectorAll('#zone-domains button')].find(b => b.textContent === 'Close').focus()")
+        await page.press("Enter")
+        await page.wait_for(f"!document.querySelector('{ready}')")
+        assert await page.js(f"document.activeElement === {opener}")
+    assert page.problems == []
+
+
 async def test_origin_headers_retyped_in_another_spelling_are_not_dropped(site: Site, browser: DashboardBrowser) -> None:
     """A request header typed again under another case or with `_` for `-` is the same header to the API: saving
     replaces its value without asking whether to remove it. (The origin is a name under .test, never looked up.)"""

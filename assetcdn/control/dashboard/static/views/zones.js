@@ -48,7 +48,7 @@ export async function render(container, { rest }) {
           : badge("storage")),
         h("td", null, zone.Suspended ? badge("suspended", "bad") : zone.Enabled ? badge("enabled", "ok") : badge("disabled", "warn")),
         h("td.actions", null,
-          h("button.small", { type: "button", onclick: () => showDomains(zone.Name) }, "Domains"),
+          h("button.small", { type: "button", dataset: { action: "domains" }, onclick: () => showDomains(zone.Name) }, "Domains"),
           h("button.small", { type: "button", dataset: { action: "origin" }, onclick: () => showOrigin(zone.Name) }, "Origin"),
           h("a.button.small", { href: `#/files/${encodeURIComponent(zone.Name)}/v1` }, "Files"),
           h("button.small.danger", { type: "button", dataset: { action: "delete" }, onclick: () => remove(zone) }, "Delete")))))));
@@ -72,6 +72,21 @@ export async function render(container, { rest }) {
     } catch (error) {
       createError.textContent = error.message;
     }
+  }
+
+  // A zone's panel (its origin, its domains) below the list. Shown, it takes the focus (its heading: no on-screen keyboard
+  // opens on a phone), so that the next Tab goes into it; its Close gives the focus back to the row's button that opened
+  // it (`action`), not to the page's start.
+  function showPanel(zone, action, title, tools, ...content) {
+    const close = h("button.small", { type: "button", onclick: () => {
+      clear(domains);
+      list.querySelector(`tr[data-zone="${CSS.escape(zone)}"] button[data-action="${action}"]`)?.focus();
+    } }, "Close");
+    const panel = card(title, [tools, close], ...content);
+    const heading = panel.querySelector("h2");
+    heading.tabIndex = -1;
+    clear(domains, panel);
+    heading.focus({ preventScroll: true });
   }
 
   async function remove(zone) {
@@ -106,7 +121,7 @@ export async function render(container, { rest }) {
       h("label.small", null, cookies, " Cache responses that set cookies"),
       h("div.row", null, h("button.primary", { type: "submit" }, "Save origin"),
         h("button.small.danger#origin-remove", { type: "button", onclick: removeOrigin }, "Stop pulling")));
-    clear(domains, card(`Origin of ${zone}`, [h("button.small", { type: "button", onclick: () => clear(domains) }, "Close")], state, saveForm, error));
+    showPanel(zone, "origin", `Origin of ${zone}`, null, state, saveForm, error);
 
     function parsedHeaders() {
       const fields = {};
@@ -233,7 +248,7 @@ export async function render(container, { rest }) {
         }
       },
     }, hostInput, h("button.primary", { type: "submit" }, "Add domain"));
-    clear(domains, card(`Domains of ${zone}`, [addForm, h("button.small", { type: "button", onclick: () => clear(domains) }, "Close")], addError, note, table));
+    showPanel(zone, "domains", `Domains of ${zone}`, addForm, addError, note, table);
 
     // The certificate's state: until when it is valid, or the CA's reason and the next attempt.
     function certificateCell(d) {
