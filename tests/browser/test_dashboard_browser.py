@@ -581,6 +581,28 @@ async def test_a_zones_panels_take_the_focus_and_give_it_back(site: Site, browse
     assert page.problems == []
 
 
+async def test_the_origin_panels_fields_are_labelled(site: Site, browser: DashboardBrowser) -> None:
+    """The origin panel's URL, Host header and request headers were named by their placeholders alone, which go as soon
+    as a field holds a value: the panel of a pull zone showed its URL and an unnamed field and box. Each field has a
+    label of its own, shown above it."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+    await page.fill("#zone-name", "site")
+    await page.fill("#zone-origin", "https://origin.test")
+    await page.click("#zone-create button[type=submit]")
+    await page.wait_for("!!document.querySelector('#zone-list tr[data-zone=\"site\"]')")
+    await open_origin_panel(page, base, "site", "pulls from https://origin.test")
+    labels = await page.js("Object.fromEntries(['origin-url', 'origin-host', 'origin-headers'].map(id => {"
+                           " const field = document.getElementById(id), label = field.labels[0];"
+                           " return [id, label && label.getClientRects().length ? label.innerText.replace(field.value, '').trim() : null]; }))")
+    assert labels == {"origin-url": "Origin URL", "origin-host": "Host header (optional)",
+                      "origin-headers": "Request headers (optional), one per line"}
+    assert await page.cut_off() == []
+    assert page.problems == []
+
+
 async def test_origin_headers_retyped_in_another_spelling_are_not_dropped(site: Site, browser: DashboardBrowser) -> None:
     """A request header typed again under another case or with `_` for `-` is the same header to the API: saving
     replaces its value without asking whether to remove it. (The origin is a name under .test, never looked up.)"""

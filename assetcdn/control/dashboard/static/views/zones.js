@@ -109,15 +109,17 @@ export async function render(container, { rest }) {
   // A zone's origin: where a pull zone's paths come from. The request headers' values are never shown back, so
   // saving sends those typed here; the ones set before are replaced (the form says which).
   async function showOrigin(zone) {
-    const urlInput = h("input#origin-url", { type: "url", placeholder: "https://www.example.com/assets", autocomplete: "off", "aria-label": "Origin URL" });
-    const hostInput = h("input#origin-host", { type: "text", placeholder: "Host header (optional)", autocomplete: "off", "aria-label": "Host header" });
-    const headersInput = h("textarea#origin-headers", { rows: 3, placeholder: "Request headers (optional), one per line: X-Origin-Secret: value", "aria-label": "Request headers" });
+    const urlInput = h("input#origin-url", { type: "url", placeholder: "https://www.example.com/assets", autocomplete: "off" });
+    const hostInput = h("input#origin-host", { type: "text", placeholder: "e.g. www.example.com", autocomplete: "off" });
+    const headersInput = h("textarea#origin-headers", { rows: 3, placeholder: "X-Origin-Secret: value" });
     const cookies = h("input#origin-cookies", { type: "checkbox" });
     const error = h("div.field-error#origin-error");
     const state = h("p.small#origin-state");
     let current = null;
     const saveForm = h("form#origin-form", { onsubmit: save },
-      h("div.row", null, urlInput, hostInput), headersInput,
+      // Each field named above it: a placeholder goes once the field holds a value.
+      h("div.row", null, h("label.field.grow", null, "Origin URL", urlInput), h("label.field", null, "Host header (optional)", hostInput)),
+      h("label.field", { style: "margin: 10px 0 6px" }, "Request headers (optional), one per line", headersInput),
       h("label.small", null, cookies, " Cache responses that set cookies"),
       h("div.row", null, h("button.primary", { type: "submit" }, "Save origin"),
         h("button.small.danger#origin-remove", { type: "button", onclick: removeOrigin }, "Stop pulling")));
