@@ -823,6 +823,37 @@ async def test_webhooks_view_states_the_retry_delays_control_uses(site: Site, br
     assert page.problems == []
 
 
+async def accessible_names(page: DashboardBrowser, role: str) -> list[str]:
+    """The names a screen reader is given for the page's elements of one role (Chromium's accessibility tree)."""
+    tree = await page.command("Accessibility.getFullAXTree")
+    return [node.get("name", {}).get("value", "") for node in tree["nodes"]
+            if not node.get("ignored") and node.get("role", {}).get("value") == role]
+
+
+async def test_a_secret_shown_once_is_named_for_a_screen_reader(site: Site, browser: DashboardBrowser) -> None:
+    """A new token's or webhook's secret was shown in a dialog with no name, in a field with no label: a screen reader
+    announced an unnamed dialog and a read-only field of 40 characters. The dialog is named by its title and the field
+    says which secret it holds."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "tokens", "!!document.querySelector('#token-list .empty')")
+    await page.fill("#token-name", "ci")
+    await page.js("document.querySelector(`#token-scopes input[value='storage:read']`).checked = true")
+    await page.click("#token-form button[type=submit]")
+    await page.wait_for("!!document.getElementById('token-secret')")
+    assert await accessible_names(page, "dialog") == ["Token ci created"]
+    assert "Token secret" in await accessible_names(page, "textbox")
+    await page.click("dialog[open] button[data-action=true]")
+
+    await open_view(page, base, "webhooks", "!!document.querySelector('#webhook-list .empty')")
+    await page.fill("#webhook-url", f"{site.receiver}/ok")
+    await page.click("#webhook-form button[type=submit]")
+    await page.wait_for("!!document.getElementById('webhook-secret')")
+    assert await accessible_names(page, "dialog") == ["Webhook registered"]
+    assert "Signing secret" in await accessible_names(page, "textbox")
+    assert page.problems == []
+
+
 async def test_tokens_form_offers_only_scopes_a_session_may_grant(site: Site, browser: DashboardBrowser) -> None:
     """The tokens form offered pipeline:write and ai:read, which a session may not grant (403 ScopeNotGrantable
     after the form was filled); they are shown but cannot be chosen, and say that the AccountKey mints them."""

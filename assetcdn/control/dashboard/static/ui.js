@@ -133,6 +133,8 @@ export function toast(message, kind = "info") {
   setTimeout(() => item.remove(), kind === "error" ? 7000 : 3500);
 }
 
+let dialogs = 0; // dialogs opened: each title's id
+
 /**
  * A modal dialog; resolves with the value of the button pressed (or null when dismissed). The focus goes to its first
  * field, else to the action marked `focus`, else to the last action.
@@ -142,8 +144,9 @@ export function dialog({ title, body, actions }) {
     const buttons = actions.map((a) => h(`button${a.class ? "." + a.class.split(" ").join(".") : ""}`,
       { type: "button", onclick: () => { if (!a.check || a.check()) close(a.value); }, dataset: { action: String(a.value) } },
       a.label));
-    const node = h("dialog", null,
-      h("div.dialog-body", null, title ? h("h2", null, title) : null, body),
+    const heading = title ? h("h2", { id: `dialog-title-${++dialogs}` }, title) : null;
+    const node = h("dialog", { "aria-labelledby": heading ? heading.id : null }, // named by its title
+      h("div.dialog-body", null, heading, body),
       h("div.dialog-actions", null, buttons));
     let done = false;
     function close(value) {

@@ -59,7 +59,7 @@ export async function render(container) {
     form.reset();
     // The secret is shown whatever happens to the list: it cannot be shown again.
     const refreshed = load().catch((error) => clear(list, h("div.notice.error", null, `The list could not be refreshed: ${error.message}`)));
-    const secret = h("input#token-secret", { type: "text", readOnly: true, value: created.token });
+    const secret = h("input#token-secret", { type: "text", readOnly: true, value: created.token, "aria-label": "Token secret" });
     await dialog({
       title: `Token ${created.name} created`,
       body: h("div", null,

@@ -101,7 +101,7 @@ export async function render(container, { rest }) {
     await dialog({
       title: "Webhook registered",
       body: h("div", null, h("p.notice", null, "Copy the signing secret now: it is stored encrypted and cannot be shown again."),
-        h("div.secret", null, h("input#webhook-secret", { type: "text", readOnly: true, value: created.secret }),
+        h("div.secret", null, h("input#webhook-secret", { type: "text", readOnly: true, value: created.secret, "aria-label": "Signing secret" }),
           h("button", { type: "button", onclick: () => copyText(created.secret) }, "Copy"))),
       actions: [{ label: "Done", value: true, class: "primary" }],
     });
