@@ -1047,6 +1047,33 @@ async def test_analytics_fits_a_phone(site: Site, browser: DashboardBrowser) -> 
     assert page.problems == []
 
 
+CHART_TEXT = """(() => [...document.querySelectorAll('.chart svg')].map(svg => {
+  const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+  const texts = [...svg.querySelectorAll('text')].filter(t => t.textContent);
+  const smallest = Math.min(...texts.map(t => parseFloat(getComputedStyle(t).fontSize) * scale));
+  const boxes = texts.map(t => t.getBoundingClientRect());  // a text's box is taller than its letters: half of it counts
+  const overlaps = boxes.some((a, i) => boxes.some((b, j) => j > i && a.left < b.right - 0.5 && b.left < a.right - 0.5
+    && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > Math.min(a.height, b.height) / 2));
+  return [svg.closest('[data-chart]').dataset.chart, Math.round(smallest * 10) / 10, overlaps];
+}))()"""
+
+
+async def test_analytics_charts_can_be_read_on_a_phone(site: Site, browser: DashboardBrowser) -> None:
+    """The charts are drawn 640 units wide and scaled to their card: on a phone (a card 324 px wide) their 13-unit
+    labels, the days, the scale and each day's number, were 6.6 px high, too small to read. On a narrow screen they are
+    drawn for its width: every label is at least 10 px high, and none covers another."""
+    await seed_past_traffic(site)
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    for days in (7, 30):
+        await open_view(page, base, f"analytics?days={days}", "document.querySelectorAll('.chart svg').length === 3")
+        charts = await page.js(CHART_TEXT)
+        assert [name for name, smallest, overlaps in charts if smallest < 10 or overlaps] == [], charts
+        assert await page.cut_off() == []
+    assert page.problems == []
+
+
 async def test_a_purges_result_fits_a_phone(site: Site, browser: DashboardBrowser) -> None:
     """On a phone a purge's result (each edge's acknowledgement) and the session's earlier purges were tables wider than
     the screen, outside any box that scrolls: the page scrolled sideways and the acknowledgement latencies were cut off

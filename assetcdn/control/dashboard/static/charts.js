@@ -1,7 +1,13 @@
 // Charts drawn as inline SVG (no chart library): vertical bars, a line, horizontal bars.
 import { h, s } from "./ui.js";
 
-const W = 640;
+// The width a chart is drawn for, in the units of its labels (13): scaled to its card, 640 on a wide screen; on a narrow
+// one (a phone's card, about 324 px) that would make the labels 6.6 px high, so it is drawn 400 wide (10.5 px).
+const NARROW = window.matchMedia("(max-width: 760px)");
+const chartWidth = () => (NARROW.matches ? 400 : 640);
+// Whether a value's label (13 units, semi-bold: at most 9 units a character) fits above its bar without touching the
+// next one's: else it is left out, as with more than 10 points (each bar's title still gives its value).
+const fits = (text, slot) => text.length * 9 <= slot;
 const PAD = { top: 14, right: 12, bottom: 26, left: 52 };
 
 function niceMax(value) {
@@ -27,7 +33,7 @@ function divisionsFor(max, unit = 1) {
   return [2, 4, 8].includes(Math.round(mantissa * 100) / 100) ? 4 : 5;
 }
 
-function frame(height, max, format, divisions = 4) {
+function frame(W, height, max, format, divisions = 4) {
   const inner = height - PAD.top - PAD.bottom;
   const grid = s("g", { class: "grid" });
   const axis = s("g", { class: "axis" });
@@ -39,8 +45,10 @@ function frame(height, max, format, divisions = 4) {
   return { inner, grid, axis };
 }
 
-function labelEvery(count) {
-  return count <= 10 ? 1 : Math.ceil(count / 8);
+/** Which points' day is written under the axis: every one, or every n-th, far enough apart (13 units: at most 8 a character). */
+function labelEvery(points, slot) {
+  const widest = Math.max(0, ...points.map((p) => String(p.label).length)) * 8;
+  return Math.max(points.length <= 10 ? 1 : Math.ceil(points.length / 8), Math.ceil(widest / slot));
 }
 
 /**
@@ -52,19 +60,20 @@ export function barChart(points, { format = String, height = 220, alt = false, n
   const unit = bytes ? byteUnit(top) : 1; // a round number of that unit: 2.5 MB, not 2.62 MB
   let max = niceMax(top / unit) * unit;
   if (integer) max = Math.max(max, 4); // whole numbers on every grid line
-  const { inner, grid, axis } = frame(height, max, format, divisionsFor(max, unit));
+  const W = chartWidth();
+  const { inner, grid, axis } = frame(W, height, max, format, divisionsFor(max, unit));
   const svg = s("svg", { viewBox: `0 0 ${W} ${height}`, role: "img", "aria-label": name });
   svg.append(grid, axis);
   const slot = (W - PAD.left - PAD.right) / Math.max(points.length, 1);
   const barWidth = Math.min(46, slot * 0.64);
-  const every = labelEvery(points.length);
+  const every = labelEvery(points, slot);
   points.forEach((point, i) => {
     const x = PAD.left + slot * i + (slot - barWidth) / 2;
     const barHeight = max ? (inner * point.value) / max : 0;
     const y = PAD.top + inner - barHeight;
     svg.append(s("rect", { class: alt ? "bar alt" : "bar", x, y, width: barWidth, height: Math.max(barHeight, point.value ? 1.5 : 0), rx: 3 },
       s("title", null, point.title || `${point.label}: ${format(point.value)}`)));
-    if (points.length <= 10 && point.value) {
+    if (points.length <= 10 && point.value && fits(format(point.value), slot)) {
       svg.append(s("text", { class: "value-label", x: x + barWidth / 2, y: y - 4, "text-anchor": "middle" }, format(point.value)));
     }
     if (i % every === 0) {
@@ -80,11 +89,12 @@ export function barChart(points, { format = String, height = 220, alt = false, n
 /** A line over points = [{label, value (0..1 or null)}], with an area under it; y is a percentage. */
 export function ratioChart(points, { height = 220, name = "chart" } = {}) {
   const format = (v) => `${Math.round(v * 100)}%`;
-  const { inner, grid, axis } = frame(height, 1, format);
+  const W = chartWidth();
+  const { inner, grid, axis } = frame(W, height, 1, format);
   const svg = s("svg", { viewBox: `0 0 ${W} ${height}`, role: "img", "aria-label": name });
   svg.append(grid, axis);
   const slot = (W - PAD.left - PAD.right) / Math.max(points.length, 1);
-  const every = labelEvery(points.length);
+  const every = labelEvery(points, slot);
   const xy = [];
   points.forEach((point, i) => {
     const x = PAD.left + slot * i + slot / 2;
@@ -98,7 +108,7 @@ export function ratioChart(points, { height = 220, name = "chart" } = {}) {
     svg.append(s("path", { class: "line", d: line }));
     for (const [x, y, point] of xy) {
       svg.append(s("circle", { class: "pointmark", cx: x, cy: y, r: 4 }, s("title", null, `${point.label}: ${format(point.value)}`)));
-      if (xy.length <= 10) svg.append(s("text", { class: "value-label", x, y: y - 9, "text-anchor": "middle" }, format(point.value)));
+      if (xy.length <= 10 && fits(format(point.value), slot)) svg.append(s("text", { class: "value-label", x, y: y - 9, "text-anchor": "middle" }, format(point.value)));
     }
   } else {
     svg.append(s("text", { class: "empty-note", x: W / 2, y: PAD.top + inner / 2, "text-anchor": "middle" }, "No cacheable traffic in this period"));
