@@ -1270,6 +1270,23 @@ async def test_the_keyboard_keeps_its_place_when_a_list_is_drawn_again(site: Sit
     assert page.problems == []
 
 
+async def test_a_screen_reader_is_told_which_view_opened_not_every_log_line(site: Site, browser: DashboardBrowser) -> None:
+    """The whole view was a live region: a screen reader read out every view drawn, every line of the live tail as it
+    arrived and the Health view every 5 s, so the page could not be used with one while the tail ran. The view's title
+    is what is announced when another view opens; the tail's rows and the refreshed numbers are not."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    live = ("(s => !!document.querySelector(s)"
+            ".closest('[aria-live]:not([aria-live=off]), [role=status], [role=log], [role=alert]'))")
+    await open_view(page, base, "logs", "document.getElementById('tail-state')?.textContent === 'live'"
+                                        " && !!document.querySelector('#tail-rows tr')")
+    assert not await page.js(f"{live}('#tail-rows')")
+    await open_view(page, base, "health", "!!document.querySelector('#edge-nodes')")
+    assert not await page.js(f"{live}('#health-body')")
+    assert await page.js(f"{live}('#view-title')")
+    assert page.problems == []
+
+
 async def test_live_logs_show_what_was_logged_while_the_stream_was_down(site: Site, browser: DashboardBrowser) -> None:
     """A live tail whose stream dropped (control restarting, a proxy) went on after the browser reconnected with what
     was logged from then on: what was logged in between never showed. Once the stream is back, it is read and shown."""
