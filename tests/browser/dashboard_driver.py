@@ -65,9 +65,10 @@ class DashboardBrowser(HeadlessChromium):
             self.problems.append("console.error: " + " ".join(str(a.get("value", a.get("description", "")))
                                                                for a in params.get("args", [])))
 
-    async def as_phone(self) -> None:
-        """The page from now on as a phone shows it (PHONE, a touch screen)."""
-        await self.command("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=True, **PHONE)
+    async def as_phone(self, width: int = PHONE["width"]) -> None:
+        """The page from now on as a phone shows it (PHONE, or a phone of another width; a touch screen)."""
+        await self.command("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=True,
+                           width=width, height=PHONE["height"])
 
     async def cut_off(self) -> list[str]:
         """What of the page reaches past the viewport's sides and cannot be scrolled to there (CUT_OFF); [] when all fits."""

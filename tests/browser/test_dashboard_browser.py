@@ -1108,6 +1108,25 @@ async def test_files_fit_a_phone(site: Site, browser: DashboardBrowser) -> None:
     assert page.problems == []
 
 
+async def test_every_view_fits_a_small_phone(site: Site, browser: DashboardBrowser) -> None:
+    """On a phone 360 px wide (many Android phones) the Purge view's four kinds of purge were a row wider than its card:
+    the page scrolled sideways and Everything was cut off at the screen's edge. Such a row of buttons wraps on a narrow
+    screen; every view fits."""
+    async with ClientSession() as client:
+        await create_zone(site, client)
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone(360)
+    views = {"zones": "#zone-list tr[data-zone]", f"files/{ZONE}/v1": "#file-list tr[data-name=logos]",
+             "rules": "#rules-text", "purge": "#purge-mode button[data-mode=everything]",
+             "analytics": "[data-kpi=requests] .value", "logs": "#tail-rows", "tokens": "#token-list .empty",
+             "passkeys": "#passkey-table .empty", "webhooks": "#webhook-list .empty", "health": "#edge-nodes"}
+    for route, ready in views.items():
+        await open_view(page, base, route, f"!!document.querySelector({json.dumps(ready)})")
+        assert (route, await page.cut_off()) == (route, [])
+    assert page.problems == []
+
+
 async def test_the_link_to_a_view_whose_address_it_changed_opens_it_again(site: Site, browser: DashboardBrowser) -> None:
     """A view that changed its own address (Analytics' period, a Files preview closed by a delete), then the link it
     was opened with: the shell took that link for an address it had put back after a refused leave, and did nothing.
