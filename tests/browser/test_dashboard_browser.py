@@ -1127,6 +1127,30 @@ async def test_every_view_fits_a_small_phone(site: Site, browser: DashboardBrows
     assert page.problems == []
 
 
+async def test_a_file_chosen_on_a_phone_shows_its_preview(site: Site, browser: DashboardBrowser) -> None:
+    """On a phone the preview is below the folder's list: a file chosen further down a long folder (with a tap, or Enter
+    on its name) filled a preview out of sight, and nothing seemed to happen; the focus stayed in the list, the preview's
+    buttons a list's worth of Tabs away. The preview is brought into sight and takes the focus (its heading)."""
+    async with ClientSession() as client:
+        await create_zone(site, client)
+        for i in range(14):
+            resp = await client.put(site.control.make_url(f"/api/storage/{ZONE}/v1/logos/logo-{i:02}.png"),
+                                    data=png(32, 20), headers={**ACCESS, "Content-Type": "image/png"})
+            assert resp.status == 201, await resp.text()
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    await open_view(page, base, f"files/{ZONE}/v1/logos", "!!document.querySelector('#file-list tr[data-name=\"logo-13.png\"]')")
+    await page.js("document.querySelector('#file-list tr[data-name=\"logo-13.png\"] button.link').focus()")
+    await page.press("Enter")
+    await page.wait_for("document.querySelector('#preview h2')?.textContent === 'logo-13.png'")
+    await page.wait_for("document.activeElement === document.querySelector('#preview h2')")
+    assert await page.js("(r => r.top >= 0 && r.top < innerHeight)(document.getElementById('preview').getBoundingClientRect())")
+    await page.press("Tab")
+    assert await page.js("document.getElementById('preview').contains(document.activeElement)")
+    assert page.problems == []
+
+
 async def test_the_link_to_a_view_whose_address_it_changed_opens_it_again(site: Site, browser: DashboardBrowser) -> None:
     """A view that changed its own address (Analytics' period, a Files preview closed by a delete), then the link it
     was opened with: the shell took that link for an address it had put back after a refused leave, and did nothing.

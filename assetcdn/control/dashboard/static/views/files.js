@@ -187,9 +187,16 @@ export async function render(container, { rest, params }) {
     return tr;
   }
 
-  function select(entry) {
+  // A file chosen (a click or a tap, Enter on its name): its preview is brought into sight (on a narrow screen it is
+  // below the list) and takes the focus (its heading), so that the next Tab reaches its buttons.
+  async function select(entry) {
     history.replaceState(null, "", hashFor(dir, entry.ObjectName));
-    showPreview(entry);
+    await showPreview(entry);
+    const heading = preview.querySelector("h2");
+    if (!heading) return;
+    heading.tabIndex = -1;
+    heading.focus({ preventScroll: true });
+    preview.scrollIntoView({ block: "nearest" });
   }
 
   // --- preview -------------------------------------------------------------------------------
