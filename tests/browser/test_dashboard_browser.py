@@ -1151,6 +1151,31 @@ async def test_a_file_chosen_on_a_phone_shows_its_preview(site: Site, browser: D
     assert page.problems == []
 
 
+async def test_a_file_deleted_from_the_keyboard_leaves_the_focus_in_the_folder(site: Site, browser: DashboardBrowser) -> None:
+    """A file deleted from the keyboard (its row's Delete, or its preview's) went with the focus on its button, so the
+    focus fell to the page's start and the next Tab began there. The folder's list keeps the focus."""
+    async with ClientSession() as client:
+        await create_zone(site, client)
+        for name in ("a.png", "b.png"):
+            resp = await client.put(site.control.make_url(f"/api/storage/{ZONE}/v1/logos/{name}"), data=png(32, 20),
+                                    headers={**ACCESS, "Content-Type": "image/png"})
+            assert resp.status == 201, await resp.text()
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, f"files/{ZONE}/v1/logos?file=b.png", "document.querySelector('#preview h2')?.textContent === 'b.png'")
+    delete_buttons = {"a.png": "[...document.querySelectorAll('#file-list tr[data-name=\"a.png\"] button')]",
+                      "b.png": "[...document.querySelectorAll('#preview button')]"}
+    for name, buttons in delete_buttons.items():
+        await page.js(f"{buttons}.find(b => b.textContent === 'Delete').focus()")
+        await page.press("Enter")
+        await page.wait_for("document.activeElement?.textContent === 'Cancel'")
+        await page.press("Tab")
+        await page.press("Enter")
+        await page.wait_for(f"!document.querySelector('#file-list tr[data-name=\"{name}\"]')")
+        assert await page.js("document.activeElement.id") == "file-list"
+    assert page.problems == []
+
+
 async def test_the_link_to_a_view_whose_address_it_changed_opens_it_again(site: Site, browser: DashboardBrowser) -> None:
     """A view that changed its own address (Analytics' period, a Files preview closed by a delete), then the link it
     was opened with: the shell took that link for an address it had put back after a refused leave, and did nothing.

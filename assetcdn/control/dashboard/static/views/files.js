@@ -3,7 +3,7 @@
 // purge, delete. Public files are previewed from the edges (`base`): the dashboard's own origin
 // serves stored files only as downloads (docs/dashboard.md).
 import { ApiError, api, cdnHref, cdnPath, del, get, publicUrl, storageUrl, upload } from "../api.js";
-import { badge, card, clear, confirmDanger, copyText, dialog, empty, formatBytes, formatDate, h, icon, toast } from "../ui.js";
+import { badge, card, clear, confirmDanger, copyText, dialog, empty, formatBytes, formatDate, h, icon, redraw, toast } from "../ui.js";
 
 export const title = "Files";
 
@@ -133,17 +133,17 @@ export async function render(container, { rest, params }) {
     try {
       entries = await get(storageUrl(`${dir}/`));
     } catch (error) {
-      clear(listing, h("div.notice.error", { style: "margin: 0 18px 18px" },
+      redraw(listing, h("div.notice.error", { style: "margin: 0 18px 18px" },
         error.status === 404 ? `${dir}/ does not exist yet. Upload a file to create it.` : error.message));
       entries = [];
       return;
     }
     entries.sort((a, b) => (b.IsDirectory - a.IsDirectory) || a.ObjectName.localeCompare(b.ObjectName));
     if (!entries.length) {
-      clear(listing, empty("This folder is empty. Drop files here."));
+      redraw(listing, empty("This folder is empty. Drop files here."));
       return;
     }
-    clear(listing, h("table", null,
+    redraw(listing, h("table", null,
       h("thead", null, h("tr", null, h("th", null, "Name"), h("th.num", null, "Size"), h("th", null, "Type"), h("th", null, "Modified"), h("th"))),
       h("tbody", null, entries.map(row))));
     const chosen = selectedName && entries.find((e) => !e.IsDirectory && e.ObjectName === selectedName);
@@ -357,6 +357,8 @@ export async function render(container, { rest, params }) {
       await del(storageUrl(repoPath));
       toast(`${entry.ObjectName} deleted`);
       stopPlayer();
+      // Deleted from its preview: the focus, on the preview's Delete, goes to the list (redraw keeps it there).
+      if (preview.contains(document.activeElement)) { listing.tabIndex = -1; listing.focus({ preventScroll: true }); }
       clear(preview, empty("Select a file to preview it."));
       history.replaceState(null, "", hashFor(dir));
       await load();
