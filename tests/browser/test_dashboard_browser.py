@@ -1033,6 +1033,25 @@ async def test_the_phones_menu_from_the_keyboard(site: Site, browser: DashboardB
     assert page.problems == []
 
 
+async def test_every_section_can_be_reached_on_a_phone_held_sideways(site: Site, browser: DashboardBrowser) -> None:
+    """A phone held sideways is wide and short: at 844 x 390 the sidebar, as high as the screen and fixed to it, held
+    its sections 460 px high, so Health and Sign out were below the screen and no scrolling ever showed them; at
+    740 x 360 (under the breakpoint) the open menu was the same. The sidebar scrolls within the screen's height, and
+    each link reached with the keyboard is shown."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    shown = "(e => { e.focus(); const r = e.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; })"
+    for width, height in ((844, 390), (740, 360)):
+        await page.command("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=True, width=width, height=height)
+        await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+        if width < 760:
+            await page.click("#nav-toggle")
+            await page.wait_for("document.getElementById('nav-toggle').getAttribute('aria-expanded') === 'true'")
+        for link in ("#nav a[data-view=health]", "#sign-out"):
+            assert await page.js(f"{shown}(document.querySelector({json.dumps(link)}))"), (width, link)
+    assert page.problems == []
+
+
 async def test_analytics_fits_a_phone(site: Site, browser: DashboardBrowser) -> None:
     """On a phone the Analytics view was wider than the screen: the errors' table of paths widened the column of cards,
     so the page scrolled sideways and the counts of Countries and of the errors were cut off at the screen's edge. The
