@@ -1300,7 +1300,8 @@ async def test_the_keyboard_keeps_its_place_when_a_list_is_drawn_again(site: Sit
     """Lists were drawn anew after each change and the webhook deliveries every 5 s, with the button that had the focus
     in them: the focus fell to the page's start. A webhook's Deliveries pressed with Enter, a dead letter's Replay
     reached with Tab and then refreshed under it, lost the keyboard's place; so did a revoked token's list. The button
-    keeps the focus in the list drawn again; when its row is gone (deleted), the list has it."""
+    keeps the focus in the list drawn again; when its row is gone (deleted), the list has it. Which webhook's deliveries
+    are shown was told by the row's colour alone; its Deliveries button says it is pressed."""
     async with ClientSession() as client:
         ids = {}
         for target in ("ok", "down"):
@@ -1323,6 +1324,11 @@ async def test_the_keyboard_keeps_its_place_when_a_list_is_drawn_again(site: Sit
     await page.press("Enter")
     await page.wait_for(f"document.querySelector('#webhook-detail h2')?.textContent === 'Deliveries to {site.receiver}/down'")
     assert await page.js(focus_in_row.format(text="Deliveries", row=down))
+    # Which webhook's deliveries are shown is said by its button, not by the row's colour alone.
+    pressed = await page.js("Object.fromEntries([...document.querySelectorAll('#webhook-list tr[data-id]')].map(tr =>"
+                            " [tr.dataset.id, [...tr.querySelectorAll('button')].find(b => b.textContent === 'Deliveries')"
+                            ".getAttribute('aria-pressed')]))")
+    assert pressed == {ids["ok"]: "false", ids["down"]: "true"}
 
     # A dead letter of /down (a purge's event, after two quick retries), refreshed every 5 s with its Replay focused.
     assert await page.js("fetch('/api/purge', {method: 'POST', headers: {'Content-Type': 'application/json'},"

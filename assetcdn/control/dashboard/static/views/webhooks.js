@@ -58,7 +58,7 @@ export async function render(container, { rest }) {
         h("td.mono", null, w.secretLastFour ? `…${w.secretLastFour}` : "set"),
         h("td.nowrap", null, formatDate(w.createdAt)),
         h("td.actions", null,
-          h("button.small", { type: "button", onclick: () => { selected = w.id; load(); } }, "Deliveries"),
+          h("button.small", { type: "button", "aria-pressed": String(w.id === selected), onclick: () => { selected = w.id; load(); } }, "Deliveries"),
           h("button.small.danger", { type: "button", onclick: () => remove(w) }, "Delete")))))) : empty("No webhook registered."));
     await loadDeliveries();
   }
