@@ -1052,6 +1052,28 @@ async def test_every_section_can_be_reached_on_a_phone_held_sideways(site: Site,
     assert page.problems == []
 
 
+async def test_a_button_reached_with_tab_in_a_table_that_scrolls_is_shown(site: Site, browser: DashboardBrowser) -> None:
+    """On a phone a zone's row is wider than the screen and its table scrolls sideways; Chromium brings an element
+    reached with Tab into sight only when none of it shows, so Delete, the row's last button, had the focus while all but
+    8 px of it stayed hidden past the table's edge. A button reached with Tab in such a table is scrolled wholly into
+    sight."""
+    async with ClientSession() as client:
+        await create_zone(site, client)
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    await open_view(page, base, "zones", f"!!document.querySelector('#zone-list tr[data-zone=\"{ZONE}\"]')")
+    row = f"document.querySelector('#zone-list tr[data-zone=\"{ZONE}\"]')"
+    await page.js(f"{row}.querySelector('button[data-action=domains]').focus()")
+    inside = ("(e => { const r = e.getBoundingClientRect(), w = document.getElementById('zone-list').getBoundingClientRect();"
+              " return r.left >= w.left - 0.5 && r.right <= w.right + 0.5; })")
+    for label in ("Origin", "Files", "Delete"):
+        await page.press("Tab")
+        assert await page.js("document.activeElement.textContent") == label
+        assert await page.js(f"{inside}(document.activeElement)"), label
+    assert page.problems == []
+
+
 async def test_analytics_fits_a_phone(site: Site, browser: DashboardBrowser) -> None:
     """On a phone the Analytics view was wider than the screen: the errors' table of paths widened the column of cards,
     so the page scrolled sideways and the counts of Countries and of the errors were cut off at the screen's edge. The

@@ -118,6 +118,16 @@ async function navigate(event) {
   show();
 }
 
+// Chromium brings an element reached with Tab into sight only when none of it shows: a button half hidden at the edge of
+// a table that scrolls sideways (a row's last action, on a phone) is scrolled wholly into the table's sight.
+document.addEventListener("focusin", (event) => {
+  const wrap = event.target instanceof Element ? event.target.closest(".table-wrap") : null;
+  if (!wrap || wrap === event.target) return;
+  const shown = wrap.getBoundingClientRect();
+  const box = event.target.getBoundingClientRect();
+  if (box.left < shown.left || box.right > shown.right) event.target.scrollIntoView({ block: "nearest", inline: "nearest" });
+});
+
 buildNav();
 window.addEventListener("hashchange", navigate);
 window.addEventListener("beforeunload", (event) => {
