@@ -47,7 +47,7 @@ from assetcdn.edge.tls import policy
 from assetcdn.shared import deliveries
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
-from assetcdn.shared.cors import cross_origin
+from assetcdn.shared.cors import cross_origin, preflight
 from assetcdn.shared.counter_store import counters_from_settings
 from assetcdn.shared.host_url import host_url
 from assetcdn.shared.http_server import HANDLER_ARGS, client_keepalive_s
@@ -74,17 +74,21 @@ CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 # `/` too: a pull zone's own host serves its origin's, and a `_redirects` rule may name it (else the delivery route
 # answers 404 for it, as for a path no route takes).
 CDN_PATH = r"/{path:(?!" + EDGE_PATHS + r")[\s\S]*}"
-# The /api routes the edge answers itself.
+# The /api routes the edge answers itself. Those a page reads from another origin answer its CORS preflight.
+image_preflight = preflight()
 EDGE_API_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", "/api/health", health.health),
     web.route("GET", "/api/transform", transform.transform_image),
+    web.route("OPTIONS", "/api/transform", image_preflight),
     web.route("GET", "/api/auto", auto.auto_query),
+    web.route("OPTIONS", "/api/auto", image_preflight),
     web.route("GET", "/api/auto/{path:.*}", auto.auto_path),  # no segments: 400, as a missing path query
+    web.route("OPTIONS", "/api/auto/{path:.*}", image_preflight),
     web.route("GET", "/api/lqip", placeholders.lqip),
     web.route("GET", "/api/blurhash", placeholders.blurhash),
     web.route("GET", "/api/signed", signed.signed_asset),
     web.route("GET", "/api/stream", stream.stream),
-    web.route("OPTIONS", "/api/stream", stream.preflight),
+    web.route("OPTIONS", "/api/stream", stream.stream_preflight),
     web.route("GET", "/api/openapi.json", openapi_document),  # served here too: available while control is down
     web.route("GET", "/api/docs", api_docs),
 )

@@ -1,7 +1,8 @@
 """Cross-origin reads of the public GET endpoints a web page fetches: `Access-Control-Allow-Origin: *`.
 
-Given to `/api/stream` (a player on another origin), `/api/lqip` and `/api/blurhash` (placeholders made for
-pages) and `/api/search` (public), on their errors too, so a page reads the 4xx instead of a blocked response.
+Given to `/api/stream` (a player on another origin), `/api/transform` and `/api/auto` (images a page draws into a
+canvas or fetch()es), `/api/lqip` and `/api/blurhash` (placeholders made for pages) and `/api/search` (public), on
+their errors too, so a page reads the 4xx instead of a blocked response; `preflight` answers their OPTIONS.
 Never to a route behind a key, a token or a session: `*` lets any page read the answer, and a browser sends no
 cookies with it (docs/security.md, Cross-origin reads).
 """
@@ -16,6 +17,9 @@ from aiohttp import web
 from assetcdn.shared.errors import ApiError, LegacyError
 
 PUBLIC_READ: Mapping[str, str] = {"Access-Control-Allow-Origin": "*"}
+# The request headers a page may send to a delivery (a range, a revalidation), which make its browser ask first.
+READ_REQUEST_HEADERS = "Range, If-Match, If-None-Match, If-Range"
+PREFLIGHT_MAX_AGE_S = 86400
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -31,5 +35,18 @@ def cross_origin(handler: Handler, headers: Mapping[str, str] = PUBLIC_READ) -> 
         except (LegacyError, ApiError) as exc:
             exc.headers = {**exc.headers, **headers}
             raise
+
+    return answer
+
+
+def preflight(headers: Mapping[str, str] = PUBLIC_READ, request_headers: str = READ_REQUEST_HEADERS) -> Handler:
+    """The answer to a CORS preflight (OPTIONS) of a route `cross_origin` opens with `headers`: 204, GET and HEAD
+    with `request_headers`, which a browser may remember for a day."""
+    answer_headers = {**headers, "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
+                      "Access-Control-Allow-Headers": request_headers,
+                      "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S)}
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(status=204, headers=answer_headers)
 
     return answer

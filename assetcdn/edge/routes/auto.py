@@ -11,6 +11,8 @@ decision): sent as it is when its format is the best of the chain before any an 
 worker has read its header: bytes of another format are converted, as are any when the origin sent them under
 a content coding), else converted to the best format of the chain an encoder writes, through the pull zone's
 variant sequence (assetcdn/edge/states/pull_variant.py), with a lifetime derived from the source's freshness.
+
+Any origin may read the answers, errors too (assetcdn/shared/cors.py).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import checked_as_is, transform_variant
 from assetcdn.edge.transform.options import TransformOptions
 from assetcdn.edge.transform.options.format import is_side_too_long
+from assetcdn.shared.cors import PUBLIC_READ, cross_origin
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.manifest import ManifestEntry
 from assetcdn.shared.paths import InvalidPath, check_pull_path, parse_cdn_path
@@ -177,7 +180,7 @@ async def answer(request: web.Request, base: str, chain: list[str], headers: dic
     raise LegacyError(404, NOT_FOUND)
 
 
-async def auto_query(request: web.Request) -> web.StreamResponse:
+async def _auto_query(request: web.Request) -> web.StreamResponse:
     twice = repeated(request.query, READ_PARAMS)
     if twice is not None:
         raise LegacyError(400, f"Parameter '{twice}' is given more than once; give it once.")
@@ -187,13 +190,17 @@ async def auto_query(request: web.Request) -> web.StreamResponse:
     ect = request.headers.get("Sec-CH-Effective-Connection-Type")
     animated = request.query.get("anim") == "1"
     chain = animated_chain(accept, save_data, ect) if animated else still_chain(accept, save_data, ect)
-    headers = {"Vary": VARY_QUERY_ROUTE}
+    headers = {**PUBLIC_READ, "Vary": VARY_QUERY_ROUTE}
     if is_slow_network(save_data, ect):
         headers[NETWORK_AWARE_HEADER] = NETWORK_AWARE_SLOW
     return await answer(request, base, chain, headers, animated=animated)
 
 
-async def auto_path(request: web.Request) -> web.StreamResponse:
+async def _auto_path(request: web.Request) -> web.StreamResponse:
     base = parse_base(request.match_info.get("path"))
     chain = path_route_chain(request.headers.get("Accept"))
-    return await answer(request, base, chain, {"Vary": VARY_PATH_ROUTE}, animated=False)
+    return await answer(request, base, chain, {**PUBLIC_READ, "Vary": VARY_PATH_ROUTE}, animated=False)
+
+
+# A page draws the image into a canvas or fetch()es it from another origin: readable there, errors too.
+auto_query, auto_path = cross_origin(_auto_query), cross_origin(_auto_path)

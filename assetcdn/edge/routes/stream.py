@@ -16,7 +16,7 @@ from assetcdn.edge.states.fetch import OriginUnavailable, source_bytes
 from assetcdn.edge.states.keys import playlist_key, segment_key
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Built, ByteRange
-from assetcdn.shared.cors import PUBLIC_READ, cross_origin
+from assetcdn.shared.cors import PUBLIC_READ, cross_origin, preflight
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.hls import (
     PLAYLIST_CACHE_CONTROL,
@@ -90,9 +90,4 @@ async def _stream(request: web.Request) -> web.StreamResponse:
 
 # CORS on the errors too: a player on another origin reads the 404, not a blocked response.
 stream = cross_origin(_stream, CORS)
-
-
-async def preflight(request: web.Request) -> web.Response:
-    return web.Response(status=204, headers={**CORS, "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
-                                             "Access-Control-Allow-Headers": "Range",
-                                             "Access-Control-Max-Age": "86400"})
+stream_preflight = preflight(CORS, "Range")

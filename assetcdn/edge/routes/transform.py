@@ -6,7 +6,7 @@ with a one-year immutable lifetime. A url naming a pull zone's file takes the pu
 
 Every answer, hit, miss or error, carries the monthly quota as X-RateLimit-Limit, -Remaining
 and -Reset (Unix time of the next month's start, UTC); a miss refused by the client's own limit
-carries that limit's instead, with Retry-After."""
+carries that limit's instead, with Retry-After. Any origin may read it, errors too (assetcdn/shared/cors.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from assetcdn.edge.transform.options import (
 )
 from assetcdn.edge.transform.options.base import bad_parameter
 from assetcdn.edge.transform.options.format import FORMAT, is_side_too_long
+from assetcdn.shared.cors import PUBLIC_READ, cross_origin
 from assetcdn.shared.counter_store import Decision
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.limits import (
@@ -87,7 +88,7 @@ async def rate_limit_headers(request: web.Request) -> dict[str, str]:
     return decision.headers()
 
 
-async def transform_image(request: web.Request) -> web.StreamResponse:
+async def _transform_image(request: web.Request) -> web.StreamResponse:
     try:
         return await _transform(request)
     except LegacyError as exc:
@@ -95,11 +96,15 @@ async def transform_image(request: web.Request) -> web.StreamResponse:
         raise
 
 
+# A page draws it into a canvas or fetch()es it from another origin: readable there, errors too.
+transform_image = cross_origin(_transform_image)
+
+
 async def _transform(request: web.Request) -> web.StreamResponse:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     opts = parse_transform_options(request.query)
     host_zone = node.config.zone_for_host(request_host(request))
-    headers: dict[str, str] = {}
+    headers: dict[str, str] = {**PUBLIC_READ}
     slow = False
     if opts.get(FORMAT) == "auto":
         # The choice depends on Accept, and on Save-Data/ECT (slow networks skip AVIF), like /api/auto.

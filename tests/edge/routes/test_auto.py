@@ -206,3 +206,18 @@ async def test_a_picture_too_long_for_avif_and_webp_is_converted_to_a_format_tha
     await cdn.upload(f"{base}.png", png)
     resp = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/avif,image/webp,*/*"})
     assert (resp.status, await resp.read()) == (200, png)
+
+
+async def test_a_page_on_another_origin_can_read_auto_answers_and_their_errors(cdn: Cdn) -> None:
+    # As /api/transform's: a page drawing the best format into a canvas, or fetch()ing it, reads it (and its 404).
+    base = f"{ZONE}/v1/banners/cross-origin"
+    await cdn.upload(f"{base}.png", FILES["png"])
+    page = {"Origin": "https://shop.example", "Accept": "image/webp,*/*"}
+    for url, status in ((f"/api/auto?path=/{base}", 200), (f"/api/auto?path=/{base}", 200), (f"/api/auto/{base}", 200),
+                        (f"/api/auto?path=/{ZONE}/v1/banners/none", 404), ("/api/auto", 400), ("/api/auto/", 400)):
+        resp = await cdn.edge.get(url, headers=page)
+        assert resp.status == status, (url, await resp.text())
+        assert resp.headers.get("Access-Control-Allow-Origin") == "*", (url, status)
+    for url in (f"/api/auto?path=/{base}", f"/api/auto/{base}"):
+        preflight = await cdn.edge.options(url, headers={**page, "Access-Control-Request-Method": "GET"})
+        assert (preflight.status, preflight.headers.get("Access-Control-Allow-Origin")) == (204, "*"), url

@@ -481,3 +481,31 @@ async def test_a_srcset_of_misses_reads_the_source_from_control_once(shared_cdn:
                                    for w in (320, 1280) for fmt in ("jpeg", "avif")))
     assert [(r.status, r.headers["X-Cache"]) for r in later] == [(200, "MISS")] * 4
     assert await fetches() == before + 1
+
+
+@SHARED
+async def test_a_page_on_another_origin_can_read_transforms_and_their_errors(shared_cdn: Cdn) -> None:
+    # A page that draws a transformed image into a canvas or fetch()es it needs Access-Control-Allow-Origin, or it
+    # gets a tainted canvas or a network error (on an error too, instead of the 4xx). The answer depends on no key
+    # or cookie: `*`.
+    cdn, photo = shared_cdn, banner("cross-origin")
+    await cdn.upload(photo, photo_jpeg(64, 40))
+    page = {"Origin": "https://shop.example"}
+    made = await cdn.edge.get(transform_url(photo, w=16, format="webp"), headers=page)
+    etag = made.headers["ETag"]
+    for url, headers, status in ((transform_url(photo, w=16, format="webp"), page, 200),   # a hit
+                                 (transform_url(photo, w=16, format="webp"), {**page, "If-None-Match": etag}, 304),
+                                 (transform_url(photo, w=0), page, 400),
+                                 (transform_url(f"{ZONE}/v1/banners/none.jpg", w=16), page, 404),
+                                 ("/api/transform", page, 400)):
+        resp = await cdn.edge.get(url, headers=headers)
+        assert resp.status == status, (url, await resp.text())
+        assert resp.headers.get("Access-Control-Allow-Origin") == "*", (url, status)
+    assert (made.status, made.headers["X-Cache"], made.headers.get("Access-Control-Allow-Origin")) == (200, "MISS", "*")
+    # A page sending a header of its own (Range, If-None-Match) asks first: the preflight allows GET and HEAD.
+    preflight = await cdn.edge.options(transform_url(photo, w=16), headers={
+        **page, "Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "range"})
+    assert preflight.status == 204
+    assert preflight.headers["Access-Control-Allow-Origin"] == "*"
+    assert {m.strip() for m in preflight.headers["Access-Control-Allow-Methods"].split(",")} >= {"GET", "HEAD"}
+    assert "range" in preflight.headers["Access-Control-Allow-Headers"].lower()

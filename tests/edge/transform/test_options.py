@@ -261,4 +261,6 @@ def test_the_served_api_document_lists_every_option_parameter() -> None:
     document = json.loads((Path(__file__).parents[3] / "assetcdn" / "shared" / "openapi.json").read_text())
     expected = sorted(["url", *(param for option in OPTIONS for param in option.params)])
     for method, operation in document["paths"]["/api/transform"].items():
+        if method == "options":
+            continue  # a page's CORS preflight: no option is read
         assert sorted(p["name"] for p in operation["parameters"] if p["in"] == "query") == expected, method
