@@ -509,3 +509,21 @@ async def test_a_page_on_another_origin_can_read_transforms_and_their_errors(sha
     assert preflight.headers["Access-Control-Allow-Origin"] == "*"
     assert {m.strip() for m in preflight.headers["Access-Control-Allow-Methods"].split(",")} >= {"GET", "HEAD"}
     assert "range" in preflight.headers["Access-Control-Allow-Headers"].lower()
+
+
+@SHARED
+async def test_a_text_option_with_spaces_is_400_and_every_documented_spelling_is_served(shared_cdn: Cdn) -> None:
+    # `fit=%20cover` was served as fit=cover: a URL of its own for the same bytes, as `w=%205` would be (400).
+    cdn, photo = shared_cdn, banner("spaced")
+    await cdn.upload(photo, photo_jpeg(64, 40))
+    for query, shown in (("fit=%20cover&w=8&h=8", " cover"), ("format=png%20", "png "),
+                         ("gravity=%09north&w=8&h=8", "\tnorth"), ("rotate=+90", " 90")):
+        resp = await cdn.edge.get(f"/api/transform?url=/{photo}&{query}")
+        body = await resp.json()
+        assert resp.status == 400 and body["HttpCode"] == 400, (query, body)
+        name = query.partition("=")[0]
+        assert body["error"] == body["Message"] and body["error"].startswith(f"Invalid parameter '{name}': '{shown}'.")
+    for query in ("fit=cover&w=8&h=8", "fit=INSIDE&w=8&h=8", "format=jpg", "format=WebP", "gravity=NorthEast&w=8&h=8",
+                  "rotate=90"):
+        resp = await cdn.edge.get(f"/api/transform?url=/{photo}&{query}")
+        assert resp.status == 200, (query, await resp.text())

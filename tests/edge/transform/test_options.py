@@ -122,6 +122,22 @@ def test_enum_parameters(name: str, value: str, allowed: str) -> None:
     assert error.error == f"Invalid parameter '{name}': '{value}'. Allowed values: {allowed}."
 
 
+@pytest.mark.parametrize(("name", "value", "allowed"), [
+    ("fit", " cover", "cover, contain, fill, inside, outside"),
+    ("fit", "contain ", "cover, contain, fill, inside, outside"),
+    ("format", "\tpng", "webp, avif, png, jpeg, auto"),
+    ("format", " jpg", "webp, avif, png, jpeg, auto"),
+    ("gravity", "north\n", GRAVITY_NAMES),
+    ("gravity", "\u00a0face", GRAVITY_NAMES),
+    ("rotate", " 90", "0, 90, 180, 270"),
+    ("rotate", "90 ", "0, 90, 180, 270"),
+])
+def test_text_parameters_with_surrounding_spaces_are_refused(name: str, value: str, allowed: str) -> None:
+    # As a number's are (`w= 5`): `fit=%20cover` would be a variant URL of its own for `fit=cover`'s bytes.
+    error = _error({"url": URL, name: value})
+    assert error.error == f"Invalid parameter '{name}': '{value}'. Allowed values: {allowed}."
+
+
 @pytest.mark.parametrize("query", [{}, {"url": ""}, {"url": "   "}, {"w": "10"}])
 def test_missing_url(query: dict[str, str]) -> None:
     assert _error(query).error == "Missing required parameter: url"

@@ -86,11 +86,12 @@ def int_param(query: Query, name: str, low: int, high: int) -> int | None:
 
 
 def enum_param(query: Query, name: str, allowed: tuple[str, ...]) -> str | None:
-    """One of `allowed` (case-insensitive; `jpg` is `jpeg`); None when absent."""
+    """One of `allowed` (ASCII case-insensitive; `jpg` is `jpeg`); None when absent."""
     raw = query.get(name)
     if raw is None:
         return None
-    value = raw.strip().lower()
+    # As it is: not " cover" (fit=%20cover in the URL), which would be a variant URL of its own, as int_param's.
+    value = raw.lower() if raw.isascii() else raw
     if value == "jpg" and "jpeg" in allowed:
         value = "jpeg"
     if value not in allowed:
