@@ -2,7 +2,8 @@
 
 A prepared hit holds the status line and every header that does not change from one request to
 the next: the path's path delivery (Content-Type, ETag, Cache-Tag, nosniff, the sandbox CSP on
-active types: assetcdn/edge/states/path_delivery.py), Cache-Control, X-Cache, Accept-Ranges, X-API-Version, the
+active types: assetcdn/edge/states/path_delivery.py), Cache-Control, X-Cache, Accept-Ranges, Access-Control-Allow-Origin
+(`path_delivery.ASSET_HEADERS`), X-API-Version, the
 `_headers` rules of that host and path (assetcdn/edge/site_config.py), `Server` and Content-Length. A request adds
 `Date` (one string per second) and its `X-Request-ID`. The body is not kept here: a memory-tier
 body is looked up by its cache key on every request (so an eviction or purge of the memory tier
@@ -62,6 +63,7 @@ from assetcdn.edge.states.deliver import (
 from assetcdn.edge.states.freshness import first_value, fresh_for_plain_requests_until
 from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.lookup import lookup
+from assetcdn.edge.states.path_delivery import ASSET_HEADERS
 from assetcdn.edge.states.pull import (
     VARY,
     StoredResponse,
@@ -215,7 +217,8 @@ def prepare(node: EdgeNode, config: EdgeConfig, view: HostView,
     obj = lookup(node, head.key)
     if obj is None:
         return None
-    headers = final_headers(obj, changes, cache_status=HIT, cache_control=node.asset_cache_control, head=head)
+    headers = final_headers(obj, changes, cache_status=HIT, cache_control=node.asset_cache_control, head=head,
+                            extra_headers=ASSET_HEADERS)
     kept = not_modified_headers(headers)
     type_lines = header_lines(CIMultiDict((name, value) for name, value in headers.items() if name not in kept))
     return Prepared(entry, cdn_path, head.key, obj.path, obj.size, headers.get("ETag"), type_lines,

@@ -4,7 +4,14 @@ for a pull zone, its origin's (assetcdn/edge/states/pull.py).
 
 On a tenant host (assetcdn/edge/site_config.py) `/v1/...` names the host's zone, and only that zone's files and
 the stock pool are served (assetcdn/edge/access.py); every path of a pull zone's own host is the zone's.
-Methods other than GET and HEAD go to a pull zone's origin; a stored zone's paths answer them 405.
+Methods other than GET and HEAD go to a pull zone's origin; a stored zone's paths answer OPTIONS as a CORS preflight
+and the others 405.
+
+A stored file is public: any origin may read it (a font, a canvas, a fetch()), and the edge's answers on its path
+carry `Access-Control-Allow-Origin: *`, errors and redirects too (assetcdn/shared/cors.py; the hit path's
+prepared heads hold it, assetcdn/edge/fastpath/prepared.py). A pull zone's origin decides its own: its answers come
+as it sent them, and the edge adds none to its own on the zone's paths either. A `_headers` rule may set another
+value or remove it, on both.
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.delivery_log import DELIVERED_PATH
 from assetcdn.edge.site_config import EdgeConfig, request_host
 from assetcdn.edge.states.fetch import AS_IS
+from assetcdn.edge.states.path_delivery import ASSET_HEADERS
 from assetcdn.edge.states.pull import declared_refusal, serve_pull
 from assetcdn.edge.states.recv import PullPath, receive
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
+from assetcdn.shared.cors import preflight
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.manifest import ManifestEntry
 from assetcdn.shared.metrics import route_name
@@ -34,6 +43,9 @@ REFUSALS = Refusals(
     purged=lambda: ApiError(503, "PurgedDuringDelivery", "The asset was purged while it was being delivered. Retry."),
 )
 
+# OPTIONS on a stored file's path: a page's preflight (a Range, a conditional of its own).
+asset_preflight = preflight(ASSET_HEADERS)
+
 
 async def serve_asset(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
@@ -47,7 +59,12 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
         # Every path of a pull zone's own host is the zone's: an answer given before the path is worked out (a path
         # refused 400, a redirect) is the zone's delivery too, not one of the zone its first segment may name.
         request[DELIVERED_PATH] = f"{host_zone}{request.rel_url.raw_path}"
-    named = receive(request, config, host_zone)  # _redirects are answered before any cache lookup
+    try:
+        named = receive(request, config, host_zone)  # _redirects are answered before any cache lookup
+    except (ApiError, web.HTTPRedirection) as exc:
+        if config.pull_target(host_zone, request.rel_url.raw_path) is None:  # not a pull zone's path: a stored one's
+            _readable(exc)
+        raise
     if isinstance(named, PullPath):
         request[DELIVERED_PATH] = f"{named.zone.name}{named.path}"
         return await serve_pull(request, named.zone, named.path, named.prefix)
@@ -56,8 +73,22 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
         drop()           # connection goes back, and its flight lands now, not once this answer is written
     cdn_path = named
     request[DELIVERED_PATH] = cdn_path
-    entry = source_for(node, cdn_path, host_zone, REFUSALS)
-    return await serve(request, entry, AS_IS, ServePolicy(node.asset_cache_control, REFUSALS))
+    if request.method == "OPTIONS":
+        return await asset_preflight(request)
+    try:
+        entry = source_for(node, cdn_path, host_zone, REFUSALS)
+        return await serve(request, entry, AS_IS, ServePolicy(node.asset_cache_control, REFUSALS, ASSET_HEADERS))
+    except ApiError as exc:
+        _readable(exc)
+        raise
+
+
+def _readable(exc: ApiError | web.HTTPRedirection) -> None:
+    """`exc`, an answer on a stored file's path, with ASSET_HEADERS."""
+    if isinstance(exc, ApiError):
+        exc.headers = {**exc.headers, **ASSET_HEADERS}
+    else:
+        exc.headers.update(ASSET_HEADERS)
 
 
 def root_rule(request: web.Request, config: EdgeConfig) -> bool:

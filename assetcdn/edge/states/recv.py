@@ -116,7 +116,8 @@ def purge_prefix_named(config: EdgeConfig, target: PurgeTarget) -> tuple[str, st
 
 def receive(request: web.Request, config: EdgeConfig, host_zone: str | None) -> PullPath | str:
     """`resolve` for the application: the pull zone path or CDN path, else its redirect raised, or 400
-    InvalidPath. Only a pull zone's paths take other methods than GET and HEAD (405 otherwise). A redirect answers
+    InvalidPath. Only a pull zone's paths take other methods than GET and HEAD (405 otherwise), but OPTIONS, a page's
+    CORS preflight, which the delivery route answers for a stored file's path. A redirect answers
     GET and HEAD only (a client may follow a 301 or 302 with a GET); a rewrite (200) applies to every method, so that
     a URL's unsafe requests reach the origin path its reads come from, and their success invalidates that copy."""
     safe = request.method in ("GET", "HEAD")
@@ -125,8 +126,8 @@ def receive(request: web.Request, config: EdgeConfig, host_zone: str | None) -> 
                         rewrites=True)
     except InvalidPath as exc:
         raise ApiError(400, "InvalidPath", f"Invalid asset path: {exc}", target="path") from None
-    if not safe and not isinstance(named, PullPath):
-        raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"])
+    if not safe and not isinstance(named, PullPath) and request.method != "OPTIONS":
+        raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD", "OPTIONS"])
     if isinstance(named, Redirect):
         raise REDIRECTS[named.status](named.location)
     return named

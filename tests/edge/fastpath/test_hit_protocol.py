@@ -115,14 +115,52 @@ async def test_other_methods_on_a_stored_file_are_405_naming_get_and_head_in_all
     supports in Allow. The 405 was rendered in the error envelope without the Allow field aiohttp's exception
     carried, on the hit path's port and the application's alike."""
     cdn = warm_cdn
-    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
         for conn in (await cdn.connect(), await cdn.plain()):
             answer = await conn.request(f"/{SVG}", method, Content_Length="0")
             assert answer.status == 405, (method, answer.body)
             assert orjson.loads(answer.body)["error"]["code"] == "MethodNotAllowed"
             allowed = (answer.header("Allow") or "").replace(" ", "").split(",")
-            assert sorted(allowed) == ["GET", "HEAD"], (method, answer.headers)
+            assert sorted(allowed) == ["GET", "HEAD", "OPTIONS"], (method, answer.headers)  # OPTIONS: a preflight
             conn.close()
+
+
+@SHARED
+async def test_a_page_on_another_origin_can_read_a_stored_file_and_its_errors(warm_cdn: HitCdn) -> None:
+    """A stored zone's files are public: a page on another origin that fetch()es one, draws it into a canvas, loads
+    it as a web font or plays it with hls.js needs Access-Control-Allow-Origin, which no CDN path sent (a font or a
+    fetch() failed, a canvas was tainted), nor its errors, and a preflight (a page sending Range) was 405. Every
+    answer of the edge on a stored file's path carries `*` now, on the hit path (in its prepared head: no work per
+    request) and the application's alike, over HTTP/1.1 and HTTP/2, and OPTIONS is answered 204."""
+    cdn = warm_cdn
+    hits, plain = await cdn.connect(), await cdn.plain()
+    etag = (await hits.request(f"/{SVG}")).header("ETag")
+    assert etag and cdn.site.hits is not None
+    served = cdn.site.hits.served
+    page = {"Origin": "https://shop.example"}
+    for headers, status in (({}, 200), ({"If-None-Match": etag}, 304), ({"Range": "bytes=0-9"}, 206)):
+        for conn in (hits, plain):
+            answer = await conn.request(f"/{SVG}", **page, **headers)
+            assert answer.status == status, (headers, answer.body)
+            assert answer.header("Access-Control-Allow-Origin") == "*", (headers, answer.headers)
+    assert cdn.site.hits.served == served + 3  # on the hit path
+    secure = HitServer(cdn.app, cdn.site.hits.web_server, secure=True)
+    over_h2 = await H2InProcess(secure).get(f"/{PNG}", [("origin", "https://shop.example")])
+    assert (over_h2.status, over_h2.header("access-control-allow-origin")) == (200, "*")
+    for path, status in ((f"/{SVG}", 416), (f"/{ZONE}/v1/logos/none.svg", 404),
+                         (f"/{ZONE}/v1/logos/..%2flogo.svg", 400)):
+        for conn in (hits, plain):
+            answer = await conn.request(path, **page, Range="bytes=99999-")
+            assert answer.status == status, (path, answer.body)
+            assert answer.header("Access-Control-Allow-Origin") == "*", (path, answer.headers)
+    for conn in (hits, plain):
+        answer = await conn.request(f"/{SVG}", "OPTIONS", **page, **{"Access-Control-Request-Method": "GET",
+                                                                     "Access-Control-Request-Headers": "range"})
+        assert answer.status == 204, answer.body
+        assert answer.header("Access-Control-Allow-Origin") == "*"
+        assert {m.strip() for m in (answer.header("Access-Control-Allow-Methods") or "").split(",")} >= {"GET", "HEAD"}
+        assert "range" in (answer.header("Access-Control-Allow-Headers") or "").lower()
+        conn.close()
 
 
 @SHARED
@@ -806,3 +844,33 @@ async def test_a_weak_etag_a_rule_sets_is_matched_weakly_in_if_none_match_on_bot
                              ('W/"v4", "v6"', 200), ('"v4"', 200)):
             answer = await conn.request(f"/{SVG}", If_None_Match=sent)
             assert answer.status == status, (conn is hits, sent)
+
+
+async def test_rules_decide_which_origins_read_a_stored_file_and_redirects_are_readable(
+        make_hit_cdn: HitCdnFactory) -> None:
+    """A stored file's `*` is the default: a `_headers` rule removes it, or names the one origin that may read the
+    files, on the hit path and the application's alike. A `_redirects` redirect carries `*` too: a page's fetch()
+    follows a redirect only when the redirect itself may be read."""
+    cdn = await warmed(make_hit_cdn)
+    for name, content in (("_headers", f"/{ZONE}/v1/logos/*\n  ! Access-Control-Allow-Origin\n"
+                                        f"/{ZONE}/v1/banners/*\n  Access-Control-Allow-Origin: https://shop.example\n"
+                                        "  Vary: Origin\n"),
+                          ("_redirects", f"/old-logo.svg /{SVG} 301\n")):
+        resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT, json={"File": name, "Content": content})
+        assert resp.status == 200, await resp.text()
+    plain = await cdn.plain()
+
+    async def applied() -> bool:
+        return (await plain.request("/old-logo.svg")).status == 301 and \
+            (await plain.request(f"/{PNG}")).header("Access-Control-Allow-Origin") == "https://shop.example"
+
+    await wait_until(applied, "the rules at the edge")
+    page = {"Origin": "https://shop.example"}
+    for conn in (await cdn.connect(), plain):
+        logo, photo = await conn.request(f"/{SVG}", **page), await conn.request(f"/{PNG}", **page)
+        assert (logo.status, logo.header("Access-Control-Allow-Origin")) == (200, None)
+        assert (photo.status, photo.header("Access-Control-Allow-Origin")) == (200, "https://shop.example")
+        moved = await conn.request("/old-logo.svg", **page)
+        assert (moved.status, moved.header("Location")) == (301, f"/{SVG}")
+        assert moved.header("Access-Control-Allow-Origin") == "*"
+        conn.close()

@@ -2387,6 +2387,26 @@ async def test_trace_is_405_and_never_shows_the_client_the_zones_origin_fields(p
     assert pull.origin.requests("/traced") == []
 
 
+async def test_a_pull_zones_origin_decides_which_origins_read_its_answers(pull: Pull) -> None:
+    """A stored file's path carries Access-Control-Allow-Origin: * (the edge is its origin), a pull zone's never one
+    the origin did not send: the origin's own comes as it sent it, on a miss and a hit; none is added to one that sent
+    none (it may mean its answers for its own pages only), nor to the edge's own answers on the zone's paths; and an
+    OPTIONS preflight is the origin's to answer."""
+    pull.origin.answer("/cors/shared.json", b"{}", headers={**LONG, "Content-Type": "application/json",
+                                                          "Access-Control-Allow-Origin": "https://shop.example"})
+    pull.origin.answer("/cors/own.json", b"{}", headers={**LONG, "Content-Type": "application/json"})
+    pull.origin.answer("/cors/options", b"", status=204, headers={"Access-Control-Allow-Origin": "https://a.example"})
+    page = {"Origin": "https://shop.example"}
+    for _ in range(2):   # a miss, then a hit
+        shared, own = await pull.get("/cors/shared.json", headers=page), await pull.get("/cors/own.json", headers=page)
+        assert (shared.status, shared.headers.getall("Access-Control-Allow-Origin")) == (200, ["https://shop.example"])
+        assert own.status == 200 and "Access-Control-Allow-Origin" not in own.headers
+    refused = await pull.get("/cors/..%2fsecret", headers=page)
+    assert refused.status == 400 and "Access-Control-Allow-Origin" not in refused.headers
+    preflight = await pull.cdn.edge.options(f"/{ZONE}/cors/options", headers={**page, "Access-Control-Request-Method": "GET"})
+    assert (preflight.status, preflight.headers.get("Access-Control-Allow-Origin")) == (204, "https://a.example")
+
+
 async def test_options_with_max_forwards_zero_is_answered_by_the_edge_and_others_are_counted_down(pull: Pull) -> None:
     """RFC 9110 7.6.2: an intermediary answers an OPTIONS whose Max-Forwards is 0 as its final recipient, and
     forwards a larger one counted down by one."""
