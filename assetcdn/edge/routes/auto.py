@@ -52,6 +52,7 @@ from assetcdn.edge.states.serve import IMMUTABLE, LEGACY_REFUSALS, ServePolicy, 
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import checked_as_is, transform_variant
 from assetcdn.edge.transform.options import TransformOptions
+from assetcdn.edge.transform.options.base import enum_param
 from assetcdn.edge.transform.options.format import is_side_too_long
 from assetcdn.shared.cors import PUBLIC_READ, cross_origin
 from assetcdn.shared.errors import LegacyError
@@ -61,6 +62,7 @@ from assetcdn.shared.query_params import repeated
 
 NOT_FOUND = "No suitable format found for the given path"
 READ_PARAMS = frozenset(("path", "anim"))   # each at most once (assetcdn/shared/query_params.py)
+ANIM = ("0", "1")
 INVALID_PATH = "Invalid path: contains disallowed sequences."
 REFUSALS = replace(LEGACY_REFUSALS, source=lambda exc: LegacyError(
     exc.status, NOT_FOUND if exc.status == 404 else exc.message, headers=exc.headers))
@@ -188,7 +190,7 @@ async def _auto_query(request: web.Request) -> web.StreamResponse:
     accept = request.headers.get("Accept")
     save_data = request.headers.get("Save-Data")
     ect = request.headers.get("Sec-CH-Effective-Connection-Type")
-    animated = request.query.get("anim") == "1"
+    animated = enum_param(request.query, "anim", ANIM) == "1"   # anything but 0 or 1 is 400, not the still chain
     chain = animated_chain(accept, save_data, ect) if animated else still_chain(accept, save_data, ect)
     headers = {**PUBLIC_READ, "Vary": VARY_QUERY_ROUTE}
     if is_slow_network(save_data, ect):

@@ -221,3 +221,20 @@ async def test_a_page_on_another_origin_can_read_auto_answers_and_their_errors(c
     for url in (f"/api/auto?path=/{base}", f"/api/auto/{base}"):
         preflight = await cdn.edge.options(url, headers={**page, "Access-Control-Request-Method": "GET"})
         assert (preflight.status, preflight.headers.get("Access-Control-Allow-Origin")) == (204, "*"), url
+
+
+async def test_anim_is_0_or_1_and_anything_else_is_400(cdn: Cdn) -> None:
+    # `anim=true`, `anim=yes` or `anim=%201` were answered with the still chain as if anim were absent: a page that
+    # asked for the animation got the first frame without a word, under a URL of its own.
+    base = f"{ZONE}/v1/banners/anim-values"
+    await cdn.upload(f"{base}.gif", animated_gif())
+    for value in ("true", "yes", "%201", "1%20", "2", ""):
+        resp = await cdn.edge.get(f"/api/auto?path=/{base}&anim={value}")
+        body = await resp.json()
+        assert resp.status == 400 and body["HttpCode"] == 400, (value, body)
+        assert body["error"].startswith("Invalid parameter 'anim': ") and body["error"].endswith(
+            "Allowed values: 0, 1."), body
+    animated = await cdn.edge.get(f"/api/auto?path=/{base}&anim=1", headers={"Accept": "image/gif"})
+    still = await cdn.edge.get(f"/api/auto?path=/{base}&anim=0", headers={"Accept": "image/gif"})
+    assert (animated.status, still.status) == (200, 200)
+    assert frames(decode(await animated.read())) == FRAMES
