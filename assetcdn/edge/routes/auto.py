@@ -69,10 +69,11 @@ REFUSALS = replace(LEGACY_REFUSALS, source=lambda exc: LegacyError(
 
 
 def parse_base(raw: str | None) -> str:
-    """The CDN base path (no extension): `/stocks/...` kept, anything else a zone path."""
+    """The CDN base path (no extension): `/stocks/...` kept, anything else a zone path. Read as given, as
+    /api/transform's url is: a name may end with a space (`hero .png`), which trimming would trade for another file's."""
     if raw is None or raw.strip() == "":
         raise LegacyError(400, "Missing required parameter: path")
-    path = raw.strip()
+    path = raw
     try:
         return parse_cdn_path(path)
     except InvalidPath:

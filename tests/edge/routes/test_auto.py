@@ -238,3 +238,21 @@ async def test_anim_is_0_or_1_and_anything_else_is_400(cdn: Cdn) -> None:
     still = await cdn.edge.get(f"/api/auto?path=/{base}&anim=0", headers={"Accept": "image/gif"})
     assert (animated.status, still.status) == (200, 200)
     assert frames(decode(await animated.read())) == FRAMES
+
+
+async def test_a_path_is_read_as_given_not_trimmed(cdn: Cdn) -> None:
+    # A file's name may end with a space (`trail .png`): `path=.../trail%20` was trimmed to `.../trail` and answered
+    # with another file, and `path=%20/...` with the file of the path without the space, where /api/transform refuses
+    # `url=%20/...` (400). The path is read as given.
+    base = f"{ZONE}/v1/banners/trail"
+    await cdn.upload(f"{base}.png", solid_png(20, 10, (200, 30, 30)))
+    await cdn.upload(f"{base} .png", solid_png(20, 10, (30, 30, 200)))
+    page = {"Accept": "image/png"}
+    for url in (f"/api/auto?path=/{base}%20", f"/api/auto/{base}%20"):
+        resp = await cdn.edge.get(url, headers=page)
+        assert resp.status == 200, (url, await resp.text())
+        assert decode(await resp.read())(0, 0)[:3] == [30, 30, 200], url   # the file named with the space
+    for url in (f"/api/auto?path=%20/{base}", f"/api/auto?path=%09/{base}"):
+        resp = await cdn.edge.get(url, headers=page)
+        body = await resp.json()
+        assert (resp.status, body["error"]) == (400, "Invalid path: contains disallowed sequences."), url
