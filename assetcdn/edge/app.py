@@ -85,7 +85,9 @@ EDGE_API_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", "/api/auto/{path:.*}", auto.auto_path),  # no segments: 400, as a missing path query
     web.route("OPTIONS", "/api/auto/{path:.*}", image_preflight),
     web.route("GET", "/api/lqip", placeholders.lqip),
+    web.route("OPTIONS", "/api/lqip", image_preflight),
     web.route("GET", "/api/blurhash", placeholders.blurhash),
+    web.route("OPTIONS", "/api/blurhash", image_preflight),
     web.route("GET", "/api/signed", signed.signed_asset),
     web.route("GET", "/api/stream", stream.stream),
     web.route("OPTIONS", "/api/stream", stream.stream_preflight),

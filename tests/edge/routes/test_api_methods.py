@@ -12,7 +12,7 @@ async def test_a_method_an_endpoint_does_not_take_is_405_through_the_edge(make_c
     for method, path, allowed, legacy in [
         ("POST", "/api/transform?url=/x.png", {"GET", "HEAD", "OPTIONS"}, True),   # OPTIONS: a page's preflight
         ("DELETE", "/api/auto/x/logo", {"GET", "HEAD", "OPTIONS"}, True),
-        ("PUT", "/api/lqip", {"GET", "HEAD"}, False),
+        ("PUT", "/api/lqip", {"GET", "HEAD", "OPTIONS"}, False),
         ("POST", "/api/stream?video=black", {"GET", "HEAD", "OPTIONS"}, True),
         ("POST", "/api/signed", {"GET", "HEAD"}, True),
         ("GET", "/api/purge", {"POST"}, True),  # control's endpoint: its 405 comes through

@@ -127,6 +127,12 @@ async def test_a_page_on_another_origin_can_read_placeholders_and_search_errors_
         resp = await cdn.edge.get(url, headers=page)
         assert resp.status == status, (url, await resp.text())
         assert resp.headers.get("Access-Control-Allow-Origin") == "*", url
+    # A page sending a header of its own (If-None-Match) asks first, as for /api/transform: 204, not 405.
+    for url in (f"/api/lqip?url=/{photo}", f"/api/blurhash?url=/{photo}"):
+        preflight = await cdn.edge.options(url, headers={**page, "Access-Control-Request-Method": "GET",
+                                                          "Access-Control-Request-Headers": "if-none-match"})
+        assert (preflight.status, preflight.headers.get("Access-Control-Allow-Origin")) == (204, "*"), url
+        assert "if-none-match" in preflight.headers["Access-Control-Allow-Headers"].lower()
     # Never anything behind a key: the edge's answers for control's managed routes carry no CORS.
     resp = await cdn.edge.get("/api/core/zones", headers=page)
     assert resp.status == 401 and "Access-Control-Allow-Origin" not in resp.headers
