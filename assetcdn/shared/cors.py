@@ -17,6 +17,11 @@ from aiohttp import web
 from assetcdn.shared.errors import ApiError, LegacyError
 
 PUBLIC_READ: Mapping[str, str] = {"Access-Control-Allow-Origin": "*"}
+# A route whose answers count against a limit: its quota (X-RateLimit-*) and a 429's Retry-After, which a page reads
+# only when they are exposed (none is a CORS-safelisted response field).
+RATE_LIMITED_READ: Mapping[str, str] = {
+    **PUBLIC_READ,
+    "Access-Control-Expose-Headers": "Retry-After, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset"}
 # The request headers a page may send to a delivery (a range, a revalidation), which make its browser ask first.
 READ_REQUEST_HEADERS = "Range, If-Match, If-None-Match, If-Range"
 PREFLIGHT_MAX_AGE_S = 86400

@@ -33,7 +33,7 @@ from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import Variant, blurhash_variant, lqip_variant
 from assetcdn.edge.transform.options import AssetUrlError, check_stored_source
 from assetcdn.edge.transform.placeholder_params import PlaceholderParams, parse_placeholder_params
-from assetcdn.shared.cors import PUBLIC_READ, cross_origin
+from assetcdn.shared.cors import RATE_LIMITED_READ, cross_origin
 from assetcdn.shared.counter_store import Limit
 from assetcdn.shared.errors import ApiError, LegacyError
 from assetcdn.shared.limits import placeholders_per_client
@@ -71,7 +71,7 @@ def _policy(answer: Answer) -> ServePolicy:
     def respond(obj: CachedObject, status: str) -> web.Response:
         return json_response(answer(orjson.loads(_body(obj)), status))
 
-    return ServePolicy(CACHE_CONTROL, REFUSALS, answer=respond, headers=PUBLIC_READ)
+    return ServePolicy(CACHE_CONTROL, REFUSALS, answer=respond, headers=RATE_LIMITED_READ)
 
 
 async def _placeholder(request: web.Request, kind: str, params: PlaceholderParams, answer: Answer,
@@ -135,4 +135,5 @@ async def _blurhash(request: web.Request) -> web.StreamResponse:
 
 
 # Made for pages, which fetch() them from another origin: readable there, errors too (assetcdn/shared/cors.py).
-lqip, blurhash = cross_origin(_lqip), cross_origin(_blurhash)
+# A 429's Retry-After too (assetcdn/shared/limits.py placeholders_per_client).
+lqip, blurhash = cross_origin(_lqip, RATE_LIMITED_READ), cross_origin(_blurhash, RATE_LIMITED_READ)

@@ -38,7 +38,7 @@ from assetcdn.edge.transform.options import (
 )
 from assetcdn.edge.transform.options.base import bad_parameter
 from assetcdn.edge.transform.options.format import FORMAT, is_side_too_long
-from assetcdn.shared.cors import PUBLIC_READ, cross_origin
+from assetcdn.shared.cors import RATE_LIMITED_READ, cross_origin
 from assetcdn.shared.counter_store import Decision
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.limits import (
@@ -96,15 +96,15 @@ async def _transform_image(request: web.Request) -> web.StreamResponse:
         raise
 
 
-# A page draws it into a canvas or fetch()es it from another origin: readable there, errors too.
-transform_image = cross_origin(_transform_image)
+# A page draws it into a canvas or fetch()es it from another origin: readable there, errors too, its quota as well.
+transform_image = cross_origin(_transform_image, RATE_LIMITED_READ)
 
 
 async def _transform(request: web.Request) -> web.StreamResponse:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     opts = parse_transform_options(request.query)
     host_zone = node.config.zone_for_host(request_host(request))
-    headers: dict[str, str] = {**PUBLIC_READ}
+    headers: dict[str, str] = {**RATE_LIMITED_READ}
     slow = False
     if opts.get(FORMAT) == "auto":
         # The choice depends on Accept, and on Save-Data/ECT (slow networks skip AVIF), like /api/auto.

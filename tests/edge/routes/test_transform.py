@@ -501,6 +501,9 @@ async def test_a_page_on_another_origin_can_read_transforms_and_their_errors(sha
         resp = await cdn.edge.get(url, headers=headers)
         assert resp.status == status, (url, await resp.text())
         assert resp.headers.get("Access-Control-Allow-Origin") == "*", (url, status)
+        # The quota every answer carries, and a 429's Retry-After, are no fields a page reads unless exposed.
+        exposed = {name.strip().lower() for name in resp.headers.get("Access-Control-Expose-Headers", "").split(",")}
+        assert exposed >= {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after"}, url
     assert (made.status, made.headers["X-Cache"], made.headers.get("Access-Control-Allow-Origin")) == (200, "MISS", "*")
     # A page sending a header of its own (Range, If-None-Match) asks first: the preflight allows GET and HEAD.
     preflight = await cdn.edge.options(transform_url(photo, w=16), headers={
