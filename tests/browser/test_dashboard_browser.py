@@ -5,7 +5,8 @@ authenticator (CDP WebAuthn), sign out, sign in with the passkey, create a zone,
 into it, see it previewed, purge it and see each edge's acknowledgement, see the request in the
 live tail; on the way, every other view is opened and checked, and a screenshot of each is taken
 (into ASSETCDN_SCREENSHOTS_DIR when set, e.g. docs/screenshots, else into the test's directory).
-A second test plays a stock video's HLS preview with the vendored hls.js.
+A second test plays a stock video's HLS preview with the vendored hls.js, a third a zone's own playlist from the
+edge's CDN path (another origin than the dashboard's).
 """
 
 from __future__ import annotations
@@ -422,6 +423,43 @@ async def test_a_stock_video_previews_as_hls(site: Site, browser: DashboardBrows
     await page.js("document.getElementById('preview-video').play()")
     await page.wait_for("document.getElementById('preview-video').currentTime > 1")
     assert await page.js("document.getElementById('preview-video').videoHeight") == 108
+    assert page.problems == []
+
+
+async def test_a_zones_playlist_previews_as_hls_from_the_edge(site: Site, browser: DashboardBrowser,
+                                                               tmp_path: Path) -> None:
+    """The preview of a zone's .m3u8 loads it, and its segment, from the edge's CDN path with hls.js: another origin
+    than the dashboard's, whose answers now say any origin may read them (Access-Control-Allow-Origin: *). Without it
+    hls.js saw a network error and the preview never played."""
+    clip = write_synthetic_video(tmp_path / "nature.mp4", "nature", seconds=3, width=192, height=108, fps=10, audio=True)
+    async with ClientSession() as client:
+        await create_zone(site, client)
+        resp = await client.put(site.control.make_url("/api/storage/stocks/videos/nature.mp4"),
+                                data=clip.read_bytes(), headers=ACCESS)
+        assert resp.status == 201, await resp.text()
+        await site.control.app[VIDEO_INGEST].wait_idle()
+        # A rendition the ingest made (one MPEG-TS file of the whole clip), as the zone's own one-segment playlist.
+        resp = await client.get(site.control.make_url("/api/storage/stocks/videos/nature/hls/index.json"), headers=ACCESS)
+        rendition = json.loads(await resp.read())["renditions"][-1]["file"]
+        resp = await client.get(site.control.make_url(f"/api/storage/stocks/videos/nature/hls/{rendition}"), headers=ACCESS)
+        segment = await resp.read()
+        playlist = (b"#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:4\n#EXT-X-PLAYLIST-TYPE:VOD\n"
+                    b"#EXTINF:3.000,\nclip.ts\n#EXT-X-ENDLIST\n")
+        for name, data in (("clip.ts", segment), ("clip.m3u8", playlist)):
+            resp = await client.put(site.control.make_url(f"/api/storage/{ZONE}/v1/videos/{name}"), data=data,
+                                    headers=ACCESS)
+            assert resp.status == 201, await resp.text()
+
+    async def arrived() -> bool:
+        return site.edge.app[NODE].replica.get(f"{ZONE}/v1/videos/clip.m3u8") is not None
+
+    await wait_until(arrived, "the playlist reaching the edge")
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, f"files/{ZONE}/v1/videos?file=clip.m3u8", "!!document.getElementById('preview-video')")
+    await page.wait_for("document.getElementById('preview-video').dataset.ready === 'hls'")
+    await page.js("document.getElementById('preview-video').play()")
+    await page.wait_for("document.getElementById('preview-video').currentTime > 1")
     assert page.problems == []
 
 
