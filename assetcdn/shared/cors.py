@@ -22,6 +22,10 @@ PUBLIC_READ: Mapping[str, str] = {"Access-Control-Allow-Origin": "*"}
 RATE_LIMITED_READ: Mapping[str, str] = {
     **PUBLIC_READ,
     "Access-Control-Expose-Headers": "Retry-After, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset"}
+# A file a page may read in ranges (a PDF viewer, a video demuxer): whether it may ask for them, the size a range
+# answer names and the version it revalidates, none of them CORS-safelisted response fields.
+FILE_READ: Mapping[str, str] = {
+    **PUBLIC_READ, "Access-Control-Expose-Headers": "Accept-Ranges, Content-Range, ETag, X-Cache"}
 # The request headers a page may send to a delivery (a range, a revalidation), which make its browser ask first.
 READ_REQUEST_HEADERS = "Range, If-Match, If-None-Match, If-Range"
 PREFLIGHT_MAX_AGE_S = 86400

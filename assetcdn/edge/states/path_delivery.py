@@ -17,13 +17,13 @@ from assetcdn.edge.cache.entry import strong_etag
 from assetcdn.edge.cache.tags import public_tags, source_tags
 from assetcdn.edge.states.keys import asset_key
 from assetcdn.shared.content_security import security_headers
-from assetcdn.shared.cors import PUBLIC_READ
+from assetcdn.shared.cors import FILE_READ
 from assetcdn.shared.manifest import ManifestEntry
 
 # What the edge's answers on a stored file's own CDN path add (assetcdn/edge/routes/delivery.py), its errors too: the
 # file is public, so any origin may read it. Not in `PathDelivery.headers`, which other routes deliver the file with
 # (/api/signed's private answers). The hit path's prepared heads hold it (assetcdn/edge/fastpath/prepared.py).
-ASSET_HEADERS = PUBLIC_READ
+ASSET_HEADERS = FILE_READ
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,6 +143,10 @@ async def test_a_page_on_another_origin_can_read_a_stored_file_and_its_errors(wa
             answer = await conn.request(f"/{SVG}", **page, **headers)
             assert answer.status == status, (headers, answer.body)
             assert answer.header("Access-Control-Allow-Origin") == "*", (headers, answer.headers)
+            # A page reading a file in ranges (a PDF viewer, a video demuxer) reads the size from Content-Range and
+            # whether it may ask for ranges from Accept-Ranges: no CORS-safelisted fields, so they are exposed.
+            exposed = {name.strip().lower() for name in (answer.header("Access-Control-Expose-Headers") or "").split(",")}
+            assert exposed >= {"accept-ranges", "content-range", "etag"}, (headers, answer.headers)
     assert cdn.site.hits.served == served + 3  # on the hit path
     secure = HitServer(cdn.app, cdn.site.hits.web_server, secure=True)
     over_h2 = await H2InProcess(secure).get(f"/{PNG}", [("origin", "https://shop.example")])
