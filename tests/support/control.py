@@ -38,11 +38,16 @@ def forwarded_for(address: str) -> dict[str, str]:
     return {"X-Forwarded-For": address, FORWARDED_HEADER: sign_forwarded(SECRETS.cluster_secret, address)}
 
 
+def restarted(data_dir: Path) -> TestClient:
+    """A control plane over `data_dir`, as a start makes it (`start_server` it, `close` it)."""
+    return TestClient(TestServer(create_app(load_settings(environ=NO_MODEL), SECRETS, data_dir)))
+
+
 @contextlib.asynccontextmanager
 async def control_with_zone(data_dir: Path) -> AsyncIterator[TestClient]:
     """A control plane with the zone `akande`, for a module-scoped fixture: the tests sharing it must change
     nothing (refusals), and each checks that itself where it could (the head commit, the commit count)."""
-    client = TestClient(TestServer(create_app(load_settings(environ=NO_MODEL), SECRETS, data_dir)))
+    client = restarted(data_dir)
     await client.start_server()
     try:
         resp = await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)

@@ -19,8 +19,7 @@ from assetcdn.control.storage import catalog_orders, manifest_store
 from assetcdn.control.storage.catalog_orders import grouped
 from tests.control.expect import expect_error, parse_time
 from tests.control.storage.manifest_passes import refuse_passes
-from tests.control.storage.test_listing_index import restarted
-from tests.support.control import ACCESS, ACCOUNT
+from tests.support.control import ACCESS, ACCOUNT, restarted
 
 # (storage path, size): two zones, several categories and formats, distinct sizes.
 FILES = {

@@ -8,17 +8,15 @@ import random
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app import create_app
 from assetcdn.control.storage.directory_index import DirectoryIndex
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.control.storage.service import GIT
-from assetcdn.shared.config import load_settings
 from assetcdn.shared.manifest import ManifestEntry, make_entry
 from assetcdn.shared.timestamps import from_unix
 from tests.control.storage.manifest_passes import refuse_passes
-from tests.support.control import ACCESS, ACCOUNT, NO_MODEL, SECRETS
+from tests.support.control import ACCESS, ACCOUNT, restarted
 
 
 def at(second: int) -> str:
@@ -102,11 +100,6 @@ async def test_directories_are_dated_by_their_newest_file_after_every_kind_of_ch
     await put(control, "akande/v1/banners/e.svg")
     assert (await directories(control, ""))["akande"] == at(1)
     assert (await directories(control, "akande/v1/"))["banners"] == at(1)
-
-
-def restarted(data_dir: Path) -> TestClient:
-    """A control plane over `data_dir`, as a start makes it (`start_server` it, `close` it)."""
-    return TestClient(TestServer(create_app(load_settings(environ=NO_MODEL), SECRETS, data_dir)))
 
 
 async def test_a_start_dates_each_file_and_directory_as_control_did_before_it(
