@@ -4,7 +4,7 @@ The signature is the credential (docs/api-guide.md "Image delivery", signed URLs
 order: the per-client rate limit first (429 with Retry-After), then the query, every refusal a 403 in
 the legacy envelope; the comparison is constant time. A valid URL delivers the asset through the
 serve sequence (assetcdn/edge/states/serve.py), privately cached for an hour. It is the only way to an asset
-of the `private` category (assetcdn/edge/access.py). On a zone's own host `path=/v1/...` is that zone's file, signed
+of the `private` category (assetcdn/edge/access.py), and counted as that asset's delivery. On a zone's own host `path=/v1/...` is that zone's file, signed
 as its full path (`verify_signed_query`).
 """
 
@@ -17,6 +17,7 @@ from aiohttp import web
 
 from assetcdn.edge.access import SourceRefused
 from assetcdn.edge.app_keys import COUNTERS, NODE, SECRETS, SETTINGS
+from assetcdn.edge.delivery_log import DELIVERED_PATH
 from assetcdn.edge.site_config import request_host, tenant_path
 from assetcdn.edge.states.fetch import AS_IS
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
@@ -96,6 +97,9 @@ async def _signed_asset(request: web.Request, rate_headers: dict[str, str]) -> w
     node = request.app[NODE]
     host_zone = node.config.zone_for_host(request_host(request))
     path = verify_signed_query(dict(request.query), request.app[SECRETS].signed_url_secret, time.time(), host_zone)
+    # Delivered as it is, this is the asset's delivery: counted in its zone and under its path (a top asset), as on
+    # its public path (assetcdn/edge/delivery_log.py); a URL refused above names none and stays an API answer.
+    request[DELIVERED_PATH] = path
     # A tenant host serves its own zone and the stock pool only (assetcdn/edge/access.py), whatever is signed.
     entry = source_for(node, path, host_zone, REFUSALS, private_ok=True)
     policy = ServePolicy(CACHE_CONTROL, REFUSALS, headers={**POLICY.headers, **rate_headers})

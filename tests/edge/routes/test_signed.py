@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from assetcdn.shared.signing import signed_url, url_signature
@@ -92,6 +93,39 @@ async def test_refusals_in_the_published_order(make_cdn: CdnFactory) -> None:
         assert body["error"] == message, (url, body)
         assert body["HttpCode"] == 403 and resp.headers["X-Request-ID"] == body["requestId"]
     assert (await cdn.edge.get(_query(PRIVATE, future, good.upper()))).status == 200   # hex case does not matter
+
+
+async def test_a_signed_urls_deliveries_are_counted_as_the_zones_deliveries_of_its_asset(make_cdn: CdnFactory) -> None:
+    """A signed URL delivers its asset as it is (a private one only so): statistics count it in the asset's zone and
+    top assets under its path, as its public path's deliveries are. They were counted as `/api/signed` under the
+    `api` zone, so a zone's private files were in no top assets list and not in its requests or bandwidth. A URL
+    refused before its signature is checked names no asset: it stays an API answer."""
+    cdn = await make_cdn()
+    private_png, public_png = solid_png(30, 20, (5, 5, 5)), solid_png(30, 20, (250, 250, 250))
+    await cdn.upload(PRIVATE[1:], private_png)
+    await cdn.upload(PUBLIC[1:], public_png)
+    private_url = _local(signed_url("http://edge", SECRET, PRIVATE, 3600))
+    for method in ("GET", "GET", "GET", "HEAD"):
+        assert (await cdn.edge.request(method, private_url)).status == 200
+    resp = await cdn.edge.get(_local(signed_url("http://edge", SECRET, PUBLIC, 3600)))
+    assert resp.status == 200 and await resp.read() == public_png
+    assert (await cdn.edge.get(_query(PRIVATE, str(int(time.time()) + 60), "0" * 64))).status == 403
+    statistics: dict[str, Any] = {}
+
+    async def counted() -> bool:
+        await cdn.node.deliveries.ship(cdn.node.control, final=True)
+        for zone in (ZONE, "api"):
+            resp = await cdn.control.get(f"/api/core/statistics?days=1&zone={zone}", headers=ACCOUNT)
+            statistics[zone] = await resp.json()
+        return bool(statistics[ZONE]["Summary"]["TotalRequests"] + statistics["api"]["Summary"]["TotalRequests"] >= 6)
+
+    await wait_until(counted, "six deliveries counted")
+    summary = statistics[ZONE]["Summary"]
+    assert (summary["TotalRequests"], summary["TotalBandwidth"]) == (5, 3 * len(private_png) + len(public_png))
+    assert statistics[ZONE]["TopAssets"] == [{"Path": PRIVATE, "Requests": 4}, {"Path": PUBLIC, "Requests": 1}]
+    assert statistics["api"]["Summary"]["TotalRequests"] == 1  # the forged signature's 403
+    top = await (await cdn.control.get("/api/insights/top-assets?days=1", headers=ACCOUNT)).json()
+    assert top["Assets"] == statistics[ZONE]["TopAssets"]
 
 
 def test_assetcdn_sign_prints_a_url_the_edge_accepts(tmp_path: Path) -> None:
