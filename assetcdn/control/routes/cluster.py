@@ -92,12 +92,22 @@ def _message(request: web.Request) -> dict[str, Any]:
     return message
 
 
+def _generation(message: dict[str, Any]) -> int:
+    """The edge's generation (0 when it sends none): a whole number that a generation can be, which control keeps
+    and writes (the registry's list of edges, /api/health) as JSON of at most 64 bits."""
+    generation = message.get("generation", 0)
+    if type(generation) is not int or not 0 <= generation < 2**63:
+        raise bad_request("'generation' must be a whole number from 0 to 2**63 - 1.", code="InvalidBody",
+                          target="generation")
+    return generation
+
+
 async def register(request: web.Request) -> web.Response:
     message = _message(request)
     name, url = message.get("name"), message.get("url")
     if not isinstance(name, str) or not isinstance(url, str):
         raise bad_request("register needs 'name' and 'url'.", code="InvalidBody")
-    request.app[REGISTRY].register(name, url, int(message.get("generation", 0)))
+    request.app[REGISTRY].register(name, url, _generation(message))
     settings, secrets = request.app[SETTINGS], request.app[SECRETS]
     # The edge compares it with its own signed-URL secret's (assetcdn/edge/control_client.py `SIGNED_URL_DIFFERS`).
     signed = secret_fingerprint(secrets.cluster_secret, "signed_url_secret", secrets.signed_url_secret)
@@ -109,7 +119,7 @@ async def register(request: web.Request) -> web.Response:
 async def heartbeat(request: web.Request) -> web.Response:
     message = _message(request)
     url = message.get("url")
-    known = request.app[REGISTRY].heartbeat(str(message.get("name")), int(message.get("generation", 0)),
+    known = request.app[REGISTRY].heartbeat(str(message.get("name")), _generation(message),
                                             url if isinstance(url, str) else "")
     return json_response({"known": known, "generation": request.app[MANIFEST].generation, "edges": fleet(request)})
 

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.shared.cluster import CONTENT_HEADER, PREFIX, sign_request
 from tests.control.expect import expect_error
-from tests.support.control import SECRETS
+from tests.support.control import METRICS, SECRETS
 
 DECLARED_SIZE = 20 * 1024 * 1024
 ANSWER_WAIT_S = 30.0  # an answer that needs the rest of the body never comes: the body is never sent
@@ -88,3 +88,22 @@ async def test_a_malformed_body_hash_is_refused(control: TestClient, content: st
     body = b"{}"
     await expect_error(await control.post(path, data=body, headers={**signed(path, body), CONTENT_HEADER: content}),
                        401, "Unauthorized")
+
+
+# As JSON text: orjson writes no integer beyond 64 bits, and an edge of another build might.
+@pytest.mark.parametrize("generation", ['"7"', "1.5", "1e3", "99999999999999999999999", str(2**63), "true", "-1",
+                                        "null"])
+@pytest.mark.parametrize("route", ["/register", "/heartbeat"])
+async def test_a_signed_message_whose_generation_is_no_whole_number_is_400(
+        control: TestClient, route: str, generation: str) -> None:
+    path = PREFIX + route
+    register = orjson.dumps({"name": "edge-g/0", "url": "http://127.0.0.1:49996", "generation": 3})
+    assert (await control.post(PREFIX + "/register", data=register,
+                               headers=signed(PREFIX + "/register", register))).status == 200
+    body = b'{"name":"edge-g/0","url":"http://127.0.0.1:49996","generation":%s}' % generation.encode()
+    answer = await expect_error(await control.post(path, data=body, headers=signed(path, body)), 400, "InvalidBody")
+    assert "generation" in answer["error"]["message"]
+    # Nothing of the refused message was kept: the edge is known with the generation it registered.
+    status = await control.get("/api/health?deep=1", headers=METRICS)
+    assert status.status == 200, await status.text()
+    assert [e["generation"] for e in (await status.json())["edges"] if e["name"] == "edge-g/0"] == [3]
