@@ -532,7 +532,7 @@ class H2Protocol(asyncio.Protocol):
         self.checking = False       # streams are open: `deadline` is the next progress check
         self.data_sent = False      # DATA went out since the client's last WINDOW_UPDATE of the connection
         self.stop_sending: list[StreamTransport] = []  # to reset NO_ERROR once their answers are out
-        self.last_stream_id = 0     # the client's last stream taken (our GOAWAY's, when the library cannot send)
+        self.last_stream_id = 0     # the client's last stream taken (and FrameGuard.last: our GOAWAY's, see _receive)
         # Hits answered from the stream's fields (_answer_directly); `batch_begun`: HitServer.begin_batch ran
         # in this loop turn.
         self.direct = hits.answers_hits
@@ -747,7 +747,11 @@ class H2Protocol(asyncio.Protocol):
             if self.transport is not None:
                 code = ErrorCode.ENHANCE_YOUR_CALM if isinstance(exc, ngh2.DenialOfServiceError) else \
                     ErrorCode.PROTOCOL_ERROR
-                self.transport.write(GOAWAY.pack(0, 8, 7, 0, 0, self.last_stream_id, code))  # 8-byte payload
+                # Every stream the client opened up to the refused frame counts as processed (RFC 9113 6.8: a
+                # client retries those above the last stream id on a new connection), so that a stream refused
+                # for itself (a header list past h2_max_header_list_size) is not sent again to be refused again.
+                last = max(self.last_stream_id, guard.last)
+                self.transport.write(GOAWAY.pack(0, 8, 7, 0, 0, last, code))  # 8-byte payload
                 self.transport.close()
             return False
         if error is not None:

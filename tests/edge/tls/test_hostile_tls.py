@@ -115,12 +115,17 @@ def test_more_streams_than_allowed_end_the_connection(https_cdn: HttpsCdn) -> No
 def test_an_oversize_header_list_is_refused(https_cdn: HttpsCdn) -> None:
     attacker = H2Client(https_cdn.https_port, "localhost", https_cdn.ca_file)
     try:
+        assert attacker.get("/api/health").status == 200  # a stream answered before
         stream_id = attacker.conn.get_next_available_stream_id()
         flood = [(f"x-flood-{i}", "v" * 1000) for i in range(64)]  # 64 KB of fields against a 16 KB limit
         attacker.conn.send_headers(stream_id, attacker.request_headers("/api/health", extra=flood), end_stream=True)
         attacker.send()
         with pytest.raises((ConnectionResetError, h2.exceptions.ProtocolError, ssl.SSLError)):
             attacker.answer(stream_id)  # reset or GOAWAY: never an answer
+        goaway = attacker.terminated or attacker.until_closed()
+        # The refused stream counts as processed (RFC 9113 6.8): a client retries none above the GOAWAY's last
+        # stream on a new connection, where this one would be refused again.
+        assert goaway is not None and goaway.last_stream_id == stream_id, goaway
     finally:
         attacker.close()
     still_serving(https_cdn)
