@@ -69,6 +69,8 @@ class EdgeConfig:
     domains: dict[str, str] = field(default_factory=dict)
     base_domain: str = ""
     pull_zones: dict[str, PullZone] = field(default_factory=dict)   # zone -> where its paths come from
+    # The CDN's own hosts under the base domain (`PublishedConfig.own_hosts`): the default host, not a tenant's.
+    own_hosts: frozenset[str] = frozenset()
     # The `_headers` and `_redirects` texts `rules` was parsed from: what `zones_changed` compares.
     rule_texts: tuple[str | None, str | None] = (None, None)
     # The base domain and the domains above it (`domains_holding`): what a custom domain's cookies may not name
@@ -87,6 +89,7 @@ class EdgeConfig:
                           # Compared with `canonical_host`'s form (no trailing dot), as control's check of custom
                           # domains reads it: `cdn.example.com.` is the DNS name `cdn.example.com`.
                           base_domain=published.base_domain.lower().strip("."),
+                          own_hosts=frozenset(canonical_host(host) for host in published.own_hosts),
                           pull_zones={zone: pull_zone(zone, origin, fleet)
                                       for zone, origin in published.origins.items()},
                           rule_texts=(published.headers, published.redirects))
@@ -96,8 +99,8 @@ class EdgeConfig:
         or changed. None when more than zones changed (the rules, the hosts' zones): any path may answer otherwise.
         Lets the hit path keep the prepared heads of the other zones (an installation of thousands of pull zones
         changes one at a time)."""
-        if before is None or (self.rule_texts, self.domains, self.base_domain) != (
-                before.rule_texts, before.domains, before.base_domain):
+        if before is None or (self.rule_texts, self.domains, self.base_domain, self.own_hosts) != (
+                before.rule_texts, before.domains, before.base_domain, before.own_hosts):
             return None
         old, new = before.pull_zones, self.pull_zones
         return {name for name in old.keys() | new.keys() if old.get(name) != new.get(name)}
@@ -117,13 +120,15 @@ class EdgeConfig:
         return zone, "/" + rest if slash else "/", "/" + name
 
     def zone_for_host(self, host: str) -> str | None:
-        """The tenant zone a host names (a custom domain, or `<zone>.<base domain>`); `host` as
-        :func:`canonical_host` gives it (normalised again here, so no caller can get it wrong)."""
+        """The tenant zone a host names (a custom domain, or `<zone>.<base domain>` but the CDN's own hosts, which
+        are the default host); `host` as :func:`canonical_host` gives it (normalised again here, so no caller can get
+        it wrong). Any other `<label>.<base domain>` is a tenant host even before its zone exists (the edge does not
+        know a stored zone without files): it serves that zone's paths only, 404 until they come."""
         name = canonical_host(host)
         if name in self.domains:
             return self.domains[name]
         suffix = "." + self.base_domain
-        if self.base_domain and name.endswith(suffix):
+        if self.base_domain and name.endswith(suffix) and name not in self.own_hosts:
             zone = name[: -len(suffix)]
             if ZONE_NAME.match(zone):
                 return zone

@@ -22,6 +22,11 @@ def test_the_message_round_trips_and_a_config_kept_before_base_domain_existed_st
     config = PublishedConfig.build(headers=None, redirects="/a /b 301\n", domains={}, base_domain="")
     assert PublishedConfig.from_json(config.to_json()) == config
     assert PublishedConfig.from_json({"version": "v1"}) == PublishedConfig("v1")
+    own = PublishedConfig.build(headers=None, redirects=None, domains={}, base_domain="cdn.localhost",
+                                own_hosts=("edge.cdn.localhost",))
+    assert PublishedConfig.from_json(own.to_json()) == own and own.own_hosts == ("edge.cdn.localhost",)
+    assert own.version != PublishedConfig.build(headers=None, redirects=None, domains={},
+                                                base_domain="cdn.localhost").version
 
 
 @pytest.mark.parametrize("message", [
@@ -33,6 +38,8 @@ def test_the_message_round_trips_and_a_config_kept_before_base_domain_existed_st
     {"version": "v1", "domains": ["img.acme.example"]},
     {"version": "v1", "domains": {"img.acme.example": 1}},
     {"version": "v1", "base_domain": ["cdn"]},
+    {"version": "v1", "own_hosts": "edge.cdn.localhost"},
+    {"version": "v1", "own_hosts": [1]},
 ])
 def test_a_malformed_message_is_refused(message: object) -> None:
     with pytest.raises(ValueError):

@@ -39,22 +39,25 @@ class OwnHosts:
     origins: frozenset[tuple[str, int]]   # (lower-case host name, port): public URL and edges
     tenant_domains: Mapping[str, str]     # custom domain -> zone
     base_domain: str
+    # The CDN's own hosts under the base domain: the default host, as the edges read them (no tenant's).
+    default_hosts: frozenset[str] = frozenset()
 
     @staticmethod
-    def build(origin_urls: Iterable[str], tenant_domains: Mapping[str, str], base_domain: str) -> OwnHosts:
+    def build(origin_urls: Iterable[str], tenant_domains: Mapping[str, str], base_domain: str,
+              default_hosts: Iterable[str] = ()) -> OwnHosts:
         origins = set()
         for url in origin_urls:
             parts = urlsplit(url)
             if parts.hostname and parts.scheme in DEFAULT_PORTS:
                 origins.add((parts.hostname.lower(), parts.port or DEFAULT_PORTS[parts.scheme]))
         return OwnHosts(frozenset(origins), {h.lower(): z for h, z in tenant_domains.items()},
-                        base_domain.lower())
+                        base_domain.lower(), frozenset(h.lower() for h in default_hosts))
 
     def tenant_zone(self, host: str) -> str | None:
         if host in self.tenant_domains:
             return self.tenant_domains[host]
         suffix = "." + self.base_domain
-        if self.base_domain and host.endswith(suffix):
+        if self.base_domain and host.endswith(suffix) and host not in self.default_hosts:
             zone = host[: -len(suffix)]
             if ZONE_NAME.match(zone):
                 return zone

@@ -31,7 +31,8 @@ async def _own_hosts(request: web.Request) -> OwnHosts:
     origins = [public_url(app), host_url(settings.get('server', 'host'), settings.get('server', 'edge_port'))]
     origins += [edge.url for edge in app[REGISTRY].edges.values()]
     snapshot = await app[EDGE_CONFIG].snapshot()
-    return OwnHosts.build(origins, snapshot.get("domains") or {}, snapshot.get("base_domain") or "")
+    return OwnHosts.build(origins, snapshot.get("domains") or {}, snapshot.get("base_domain") or "",
+                          snapshot.get("own_hosts") or ())
 
 
 async def _asset_url(request: web.Request) -> Any:

@@ -88,8 +88,11 @@ class EdgeConfigStore:
         domains = {d.hostname: d.zone for d in await self.domains()
                    if d.hostname not in self.own_hosts and d.zone in zones}
         origins = {zone: origin for zone, origin in (await self.origins()).items() if zone in zones}
+        # The edges read `<label>.<base domain>` as a zone's tenant host: not those of the CDN's own hosts.
+        base = "." + self.base_domain.strip(".").lower()
+        own = tuple(sorted(host for host in self.own_hosts if base != "." and host.endswith(base)))
         snapshot = PublishedConfig.build(headers=rules["_headers"], redirects=rules["_redirects"], domains=domains,
-                                         base_domain=self.base_domain, origins=origins).to_json()
+                                         base_domain=self.base_domain, origins=origins, own_hosts=own).to_json()
         if epoch == self._epoch:  # nothing changed while we read: safe to keep
             self._snapshot = snapshot
         return snapshot

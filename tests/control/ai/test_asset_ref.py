@@ -56,3 +56,12 @@ def test_absolute_urls_need_the_host_list() -> None:
     with pytest.raises(ApiError) as caught:
         cdn_path_of_url("https://cdn.example.net/akande/v1/logos/logo.svg")
     assert caught.value.code == "AbsoluteUrlForbidden"
+
+
+def test_the_cdns_own_hosts_under_the_base_domain_name_every_zone() -> None:
+    """The public URL's host may be `<label>.<base domain>`: it is the default host, as the edges read it (the
+    published config's own hosts), not the tenant host of a zone `<label>`."""
+    hosts = OwnHosts.build(["https://assets.cdn.example.net"], {}, "cdn.example.net", ["assets.cdn.example.net"])
+    assert cdn_path_of_url("https://assets.cdn.example.net/akande/v1/logos/logo.svg", hosts) == \
+        "akande/v1/logos/logo.svg"
+    assert cdn_path_of_url("https://akande.cdn.example.net/v1/logos/logo.svg", hosts) == "akande/v1/logos/logo.svg"

@@ -329,3 +329,19 @@ async def test_a_base_domain_written_with_its_trailing_dot_still_names_the_tenan
         assert own.status == 200, (host, own.status)
         other = await cdn.edge.get(f"/{OTHER_FILE}", headers={"Host": host})
         assert other.status == 404, (host, other.status)
+
+
+@pytest.mark.parametrize("hit_path", [True, False], ids=["hit-path", "application-only"])
+async def test_the_cdns_own_hosts_under_the_base_domain_are_the_default_host(make_cdn: CdnFactory,
+                                                                              hit_path: bool) -> None:
+    """The CDN's own hosts (the public URL's, the CNAME target's, the dashboard's) may be `<label>.<base domain>`, as
+    the default CNAME target `edge.cdn.localhost` is: each was read as the tenant host of a zone `<label>`, so every
+    `/<zone>/...` there answered 404 AssetNotFound (the public URL's links among them). They are the default host;
+    any other `<label>.<base domain>` stays a tenant host, of a zone that may come later."""
+    public = "assets.cdn.localhost"
+    cdn = await make_cdn(hit_path=hit_path, ASSETCDN_SERVER_PUBLIC_URL=f"http://{public}:8788")
+    await cdn.upload(OWN_FILE, solid_png(16, 12, (10, 200, 10)))
+    for host in ("edge.cdn.localhost", f"{public}:8788", "EDGE.cdn.localhost."):
+        for _ in range(2):  # the second would be a prepared hit
+            assert await raw_status(cdn, f"/{OWN_FILE}", host) == 200, host
+    await expect_error(await cdn.edge.get(f"/{OWN_FILE}", headers={"Host": "www.cdn.localhost"}), 404, "AssetNotFound")
