@@ -51,7 +51,7 @@ class OwnHosts:
             if parts.hostname and parts.scheme in DEFAULT_PORTS:
                 origins.add((parts.hostname.lower(), parts.port or DEFAULT_PORTS[parts.scheme]))
         return OwnHosts(frozenset(origins), {h.lower(): z for h, z in tenant_domains.items()},
-                        base_domain.lower(), frozenset(h.lower() for h in default_hosts))
+                        base_domain.lower().strip("."), frozenset(h.lower() for h in default_hosts))
 
     def tenant_zone(self, host: str) -> str | None:
         if host in self.tenant_domains:

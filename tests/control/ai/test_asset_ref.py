@@ -65,3 +65,9 @@ def test_the_cdns_own_hosts_under_the_base_domain_name_every_zone() -> None:
     assert cdn_path_of_url("https://assets.cdn.example.net/akande/v1/logos/logo.svg", hosts) == \
         "akande/v1/logos/logo.svg"
     assert cdn_path_of_url("https://akande.cdn.example.net/v1/logos/logo.svg", hosts) == "akande/v1/logos/logo.svg"
+
+
+def test_a_base_domain_written_with_its_trailing_dot_still_names_the_tenant_hosts() -> None:
+    """`[domains] base_domain = "cdn.example.net."`, which the edges read as `cdn.example.net`."""
+    hosts = OwnHosts.build(["https://cdn.example.net"], {}, "cdn.example.net.")
+    assert cdn_path_of_url("https://akande.cdn.example.net/v1/logos/logo.svg", hosts) == "akande/v1/logos/logo.svg"
