@@ -7,10 +7,12 @@ WINDOW_UPDATE that overflows one stream's window, where RFC 9113 6.9.1 asks for 
 ``FrameGuard`` reads the 9-byte header of every frame on its way to the library (``H2Protocol._receive``,
 assetcdn/edge/tls/h2.py), each byte once and in order however the reads split them, and keeps in bounded memory:
 
-- ``last``, the highest stream id the client opened, and ``receiving``, the streams it opened and has neither ended
-  (END_STREAM) nor reset. DATA or HEADERS on an odd id up to ``last`` that is not receiving is on a closed stream:
-  GOAWAY STREAM_CLOSED (RFC 9113 5.1; after the client's own RST_STREAM a stream error, of which a connection
-  error is the stronger form). A second HEADERS on a receiving stream (trailers) is the library's.
+- ``last``, the highest stream id the client opened in what the library was given (so also the last stream id of
+  the GOAWAY the edge writes when the library stops on the client's input), and ``receiving``, the streams it
+  opened and has neither ended (END_STREAM) nor reset. DATA or HEADERS on an odd id up to ``last`` that is not
+  receiving is on a closed stream: GOAWAY STREAM_CLOSED (RFC 9113 5.1; after the client's own RST_STREAM a stream
+  error, of which a connection error is the stronger form). A second HEADERS on a receiving stream (trailers) is
+  the library's.
 - ``reset``: streams the server (the edge or the library: refused past the limit, a stream error, a reset answer)
   closed while the client could still send. RFC 9113 5.1 has frames in flight after our RST_STREAM ignored, so
   theirs go to the library, which ignores them. The library says nothing of a refused stream, so ``receiving``
@@ -132,6 +134,7 @@ class FrameGuard:
                             # The window is the one the frames before set (or they closed the stream): the
                             # library reads them first.
                             if fed < pos:
+                                self.last = last  # the streams the library reads (it may raise)
                                 connection.receive_data(memoryview(data)[fed:pos])
                                 fed = pos
                             dirty = False
@@ -159,6 +162,7 @@ class FrameGuard:
                             error = ErrorCode.PROTOCOL_ERROR
                             break
                         if fed < pos:
+                            self.last = last
                             connection.receive_data(memoryview(data)[fed:pos])
                         fed = pos + PRIORITY_SIZE
                         self._reset(stream_id, ErrorCode.PROTOCOL_ERROR)

@@ -397,3 +397,17 @@ def test_a_run_of_window_updates_is_given_to_the_library_in_one_call() -> None:
     out = server.frames_out()
     assert (RST_STREAM, 3, struct.pack(">I", FLOW_CONTROL_ERROR)) in out and GOAWAY not in [k for k, _, _ in out]
     assert server.guard.streams_reset == 1
+
+
+@pytest.mark.integration
+def test_a_header_list_past_the_limit_counts_its_stream_as_processed(conn: Conn) -> None:
+    """The GOAWAY for a header list past h2_max_header_list_size names its stream as the last (RFC 9113 6.8), also
+    when a frame after it in the same read (a WINDOW_UPDATE for it) has the guard give the library what came before
+    on its own: a client retries the streams above the last one on a new connection, where it is refused again."""
+    conn.handshake()
+    block = conn.encode(conn.common_headers() + [("x-big", "x" * 4000)] * 5)  # 20 KB decoded, against 16 KB
+    conn.send(frame(HEADERS, block, flags=END_STREAM | END_HEADERS, stream_id=1)
+              + frame(WINDOW_UPDATE, struct.pack(">I", 1000), stream_id=1))
+    goaway = conn.wait("GOAWAY", lambda received: received is None or received.kind == GOAWAY)
+    assert goaway is not None, conn.seen
+    assert struct.unpack(">I", goaway.payload[:4])[0] & 0x7FFFFFFF == 1, str(goaway)
