@@ -44,7 +44,9 @@ def routed() -> dict[tuple[str, str], Access | None]:
             for method in with_head(route.method):
                 found.setdefault((method, template(route.path)), route.access)
     for edge_route in PUBLIC_ROUTES:
-        if edge_route.handler not in (forward_to_control, no_such_method):
+        # (a 405 of a path a page reads from another origin: `no_such_method` with its CORS fields, cross_origin's)
+        if edge_route.handler is not forward_to_control and \
+                getattr(edge_route.handler, "__wrapped__", edge_route.handler) is not no_such_method:
             # A route for any method (a pull zone's paths) is one operation per method OpenAPI can name.
             methods = [m for m in METHODS if m not in ("get", "head")] if edge_route.method == "*" else \
                 with_head(edge_route.method)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +47,7 @@ from assetcdn.edge.tls import policy
 from assetcdn.shared import deliveries
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
-from assetcdn.shared.cors import cross_origin, preflight
+from assetcdn.shared.cors import PUBLIC_READ, RATE_LIMITED_READ, cross_origin, preflight
 from assetcdn.shared.counter_store import counters_from_settings
 from assetcdn.shared.host_url import host_url
 from assetcdn.shared.http_server import HANDLER_ARGS, client_keepalive_s
@@ -76,6 +76,10 @@ CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 CDN_PATH = r"/{path:(?!" + EDGE_PATHS + r")[\s\S]*}"
 # The /api routes the edge answers itself. Those a page reads from another origin answer its CORS preflight.
 image_preflight = preflight()
+# Their CORS fields, which their GETs' answers and errors carry (the handlers' own) and their 405s too.
+CROSS_ORIGIN: Mapping[str, Mapping[str, str]] = {
+    "/api/transform": RATE_LIMITED_READ, "/api/auto": PUBLIC_READ, "/api/auto/{path:.*}": PUBLIC_READ,
+    "/api/lqip": RATE_LIMITED_READ, "/api/blurhash": RATE_LIMITED_READ, "/api/stream": stream.CORS}
 EDGE_API_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", "/api/health", health.health),
     web.route("GET", "/api/transform", transform.transform_image),
@@ -101,8 +105,10 @@ PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", "/metrics", metrics_handler),
     web.route("GET", policy.CHALLENGE_ROUTE, policy.acme_challenge),  # ACME HTTP-01 (assetcdn/edge/tls/policy.py)
     *EDGE_API_ROUTES,
-    # Another method on those paths is 405 naming theirs (control, which has no such path, would answer 404).
-    *(web.route("*", path, no_such_method) for path in dict.fromkeys(route.path for route in EDGE_API_ROUTES)),
+    # Another method on those paths is 405 naming theirs (control, which has no such path, would answer 404), with
+    # the CORS fields of a path a page reads from another origin, as its other errors.
+    *(web.route("*", path, cross_origin(no_such_method, CROSS_ORIGIN[path]) if path in CROSS_ORIGIN else no_such_method)
+      for path in dict.fromkeys(route.path for route in EDGE_API_ROUTES)),
     # Public, and readable from any origin as control answers it: the edge's own refusals too (503 while control is
     # unreachable). Its other methods go on to control, which answers 405.
     web.route("GET", "/api/search", cross_origin(forward_to_control)),

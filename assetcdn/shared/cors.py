@@ -34,8 +34,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def cross_origin(handler: Handler, headers: Mapping[str, str] = PUBLIC_READ) -> Handler:
-    """`handler` with `headers` on the errors it raises; its answers carry them on their own (a delivery's
-    ServePolicy headers), as an answer may have been sent before the handler returns."""
+    """`handler` with `headers` on the errors it raises (aiohttp's own too: `no_such_method`'s 405, whose envelope
+    keeps them); its answers carry them on their own (a delivery's ServePolicy headers), as an answer may have been
+    sent before the handler returns."""
 
     @functools.wraps(handler)
     async def answer(request: web.Request) -> web.StreamResponse:
@@ -43,6 +44,9 @@ def cross_origin(handler: Handler, headers: Mapping[str, str] = PUBLIC_READ) -> 
             return await handler(request)
         except (LegacyError, ApiError) as exc:
             exc.headers = {**exc.headers, **headers}
+            raise
+        except web.HTTPException as exc:
+            exc.headers.update(headers)
             raise
 
     return answer

@@ -71,10 +71,16 @@ def error_response(error: ApiError | LegacyError, request_id: str) -> web.Respon
     return web.Response(body=body, status=error.status, content_type="application/json", headers=headers)
 
 
+KEPT_FIELD_PREFIX = "access-control-"
+
+
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiError | LegacyError:
     status = exc.status
-    # A 405 names the methods the resource takes (RFC 9110 15.5.6): aiohttp's exception carries them in Allow.
-    headers = {"Allow": exc.headers["Allow"]} if status == 405 and "Allow" in exc.headers else {}
+    # A 405 names the methods the resource takes (RFC 9110 15.5.6): aiohttp's exception carries them in Allow. The
+    # CORS fields a route readable from another origin gave it (assetcdn/shared/cors.py) stay too: a page reads why.
+    headers = {name: value for name, value in exc.headers.items() if name.lower().startswith(KEPT_FIELD_PREFIX)}
+    if status == 405 and "Allow" in exc.headers:
+        headers["Allow"] = exc.headers["Allow"]
     if status == 404:
         message = f"No endpoint matches {request.method} {request.path}. See the interface specification for the available paths."
         code = "NotFound"

@@ -61,7 +61,7 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
         request[DELIVERED_PATH] = f"{host_zone}{request.rel_url.raw_path}"
     try:
         named = receive(request, config, host_zone)  # _redirects are answered before any cache lookup
-    except (ApiError, web.HTTPRedirection) as exc:
+    except (ApiError, web.HTTPRedirection, web.HTTPMethodNotAllowed) as exc:
         if config.pull_target(host_zone, request.rel_url.raw_path) is None:  # not a pull zone's path: a stored one's
             _readable(exc)
         raise
@@ -83,8 +83,8 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
         raise
 
 
-def _readable(exc: ApiError | web.HTTPRedirection) -> None:
-    """`exc`, an answer on a stored file's path, with ASSET_HEADERS."""
+def _readable(exc: ApiError | web.HTTPRedirection | web.HTTPMethodNotAllowed) -> None:
+    """`exc`, an answer on a stored file's path, with ASSET_HEADERS (a 405's envelope keeps them)."""
     if isinstance(exc, ApiError):
         exc.headers = {**exc.headers, **ASSET_HEADERS}
     else:

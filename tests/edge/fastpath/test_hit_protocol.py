@@ -126,6 +126,22 @@ async def test_other_methods_on_a_stored_file_are_405_naming_get_and_head_in_all
 
 
 @SHARED
+async def test_a_page_on_another_origin_reads_a_stored_files_405(warm_cdn: HitCdn) -> None:
+    """A page's POST (or PUT, DELETE) to a stored file's path is 405, and the page reads why, as it reads the path's
+    other errors: the 405 carried only Allow of the path's fields, without Access-Control-Allow-Origin, so fetch()
+    saw a network error. On the hit path's port and the application's alike (the application answers both)."""
+    cdn = warm_cdn
+    for method in ("POST", "DELETE"):
+        for conn in (await cdn.connect(), await cdn.plain()):
+            answer = await conn.request(f"/{SVG}", method, Content_Length="0", Origin="https://shop.example")
+            assert answer.status == 405, (method, answer.body)
+            assert answer.header("Access-Control-Allow-Origin") == "*", (method, answer.headers)
+            exposed = (answer.header("Access-Control-Expose-Headers") or "").lower()
+            assert "content-range" in exposed and "etag" in exposed, (method, answer.headers)
+            conn.close()
+
+
+@SHARED
 async def test_a_page_on_another_origin_can_read_a_stored_file_and_its_errors(warm_cdn: HitCdn) -> None:
     """A stored zone's files are public: a page on another origin that fetch()es one, draws it into a canvas, loads
     it as a web font or plays it with hls.js needs Access-Control-Allow-Origin, which no CDN path sent (a font or a

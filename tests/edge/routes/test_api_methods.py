@@ -27,3 +27,27 @@ async def test_a_method_an_endpoint_does_not_take_is_405_through_the_edge(make_c
     # A path nothing takes is still 404, and the edge's own routes still answer their methods.
     assert (await cdn.edge.post("/api/nothing")).status == 404
     assert (await cdn.edge.options("/api/stream")).status == 204
+
+
+async def test_a_page_on_another_origin_reads_the_405_of_a_route_it_may_read(make_cdn: CdnFactory) -> None:
+    """The routes a page reads from another origin (assetcdn/shared/cors.py) carry their CORS fields on their 405 as
+    on their other errors, so a page that sent the wrong method reads why: the 405 kept only Allow, and fetch() saw
+    a network error. A route behind a key, or only the edge's, gets none."""
+    cdn = await make_cdn()
+    page = {"Origin": "https://shop.example"}
+    for method, path, exposed in [
+        ("POST", "/api/transform?url=/x.png", "x-ratelimit-remaining"),
+        ("DELETE", "/api/auto/x/logo", None),
+        ("PUT", "/api/auto?path=/x/logo", None),
+        ("PUT", "/api/lqip", "retry-after"),
+        ("POST", "/api/blurhash", "retry-after"),
+        ("POST", "/api/stream?video=black", "content-range"),
+    ]:
+        resp = await cdn.edge.request(method, path, headers=page)
+        assert resp.status == 405, path
+        assert resp.headers.get("Access-Control-Allow-Origin") == "*", (path, dict(resp.headers))
+        if exposed is not None:
+            assert exposed in resp.headers.get("Access-Control-Expose-Headers", "").lower(), (path, dict(resp.headers))
+    for method, path in [("POST", "/api/signed"), ("POST", "/api/health"), ("GET", "/api/purge")]:
+        resp = await cdn.edge.request(method, path, headers=page)
+        assert resp.status == 405 and "Access-Control-Allow-Origin" not in resp.headers, path
