@@ -74,6 +74,7 @@ from assetcdn.control.video.service import video_context
 from assetcdn.control.webhooks.service import webhooks_context
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
+from assetcdn.shared.cors import cross_origin
 from assetcdn.shared.counter_store import counters_from_settings
 from assetcdn.shared.dashboard_url import dashboard_url
 from assetcdn.shared.http_server import HANDLER_ARGS
@@ -196,6 +197,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/ai/background-remove", ai.background_remove, AI_READ),
     Route("POST", "/api/ai/background-remove", ai.background_remove, AI_READ),
     Route("GET", "/api/search", search.search),
+    Route("OPTIONS", "/api/search", search.search_preflight),
     Route("POST", "/api/chat", chat.chat),
     Route("GET", "/api/health", health.health),
     Route("GET", "/api/logs", logs.logs, ACCOUNT),
@@ -298,6 +300,8 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app[SESSION_SCOPES] = session_scopes(ROUTES)
     # Unknown /api/... paths: 404 in the standard envelope (the envelope middleware renders it); a method the path's
     # routes do not take: 405 with Allow.
+    # /api/search's is readable from any origin, as its other answers (assetcdn/shared/cors.py).
+    app.router.add_route("*", "/api/search", cross_origin(no_such_method))
     app.router.add_route("*", "/api/{tail:.*}", no_such_method)
     app.cleanup_ctx.append(_resources)
     app.on_shutdown.append(_end_log_streams)

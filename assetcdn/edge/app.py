@@ -75,7 +75,7 @@ CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 # answers 404 for it, as for a path no route takes).
 CDN_PATH = r"/{path:(?!" + EDGE_PATHS + r")[\s\S]*}"
 # The /api routes the edge answers itself. Those a page reads from another origin answer its CORS preflight.
-image_preflight = preflight()
+read_preflight = preflight()
 # Their CORS fields, which their GETs' answers and errors carry (the handlers' own) and their 405s too.
 CROSS_ORIGIN: Mapping[str, Mapping[str, str]] = {
     "/api/transform": RATE_LIMITED_READ, "/api/auto": PUBLIC_READ, "/api/auto/{path:.*}": PUBLIC_READ,
@@ -83,15 +83,15 @@ CROSS_ORIGIN: Mapping[str, Mapping[str, str]] = {
 EDGE_API_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", "/api/health", health.health),
     web.route("GET", "/api/transform", transform.transform_image),
-    web.route("OPTIONS", "/api/transform", image_preflight),
+    web.route("OPTIONS", "/api/transform", read_preflight),
     web.route("GET", "/api/auto", auto.auto_query),
-    web.route("OPTIONS", "/api/auto", image_preflight),
+    web.route("OPTIONS", "/api/auto", read_preflight),
     web.route("GET", "/api/auto/{path:.*}", auto.auto_path),  # no segments: 400, as a missing path query
-    web.route("OPTIONS", "/api/auto/{path:.*}", image_preflight),
+    web.route("OPTIONS", "/api/auto/{path:.*}", read_preflight),
     web.route("GET", "/api/lqip", placeholders.lqip),
-    web.route("OPTIONS", "/api/lqip", image_preflight),
+    web.route("OPTIONS", "/api/lqip", read_preflight),
     web.route("GET", "/api/blurhash", placeholders.blurhash),
-    web.route("OPTIONS", "/api/blurhash", image_preflight),
+    web.route("OPTIONS", "/api/blurhash", read_preflight),
     web.route("GET", "/api/signed", signed.signed_asset),
     web.route("GET", "/api/stream", stream.stream),
     web.route("OPTIONS", "/api/stream", stream.stream_preflight),
@@ -112,6 +112,7 @@ PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     # Public, and readable from any origin as control answers it: the edge's own refusals too (503 while control is
     # unreachable). Its other methods go on to control, which answers 405.
     web.route("GET", "/api/search", cross_origin(forward_to_control)),
+    web.route("OPTIONS", "/api/search", read_preflight),  # control's own preflight, answered here without a trip
     web.route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
     web.route("*", "/dashboard", forward_to_control),
     web.route("*", r"/dashboard/{tail:[\s\S]*}", forward_to_control),

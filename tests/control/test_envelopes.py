@@ -177,7 +177,7 @@ async def test_a_method_a_known_path_does_not_take_is_405_naming_the_methods_it_
 
 @IN_MODULE_LOOP
 @pytest.mark.parametrize(("method", "path", "allowed"), [
-    ("GET", "/api/purge", {"POST"}), ("DELETE", "/api/search", {"GET", "HEAD"}), ("PUT", "/api/chat", {"POST"}),
+    ("GET", "/api/purge", {"POST"}), ("DELETE", "/api/search", {"GET", "HEAD", "OPTIONS"}), ("PUT", "/api/chat", {"POST"}),
 ])
 async def test_a_legacy_endpoint_answers_405_in_its_own_envelope(refusing: TestClient, method: str, path: str,
                                                                  allowed: set[str]) -> None:

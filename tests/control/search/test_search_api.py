@@ -218,6 +218,27 @@ async def test_every_search_error_uses_the_legacy_envelope(control: TestClient) 
     assert isinstance(body["error"], str) and body["HttpCode"] == resp.status
 
 
+async def test_a_pages_preflight_is_answered_and_another_method_is_readable(make_control: MakeControl) -> None:
+    """Search is public and readable from any origin, at control as through an edge: a page adding a header of its own
+    (If-None-Match) asks first with OPTIONS, which was 405 without Access-Control-Allow-Origin, so its fetch()
+    failed; it is a 204 preflight, and a POST's 405 is readable too."""
+    client = await make_control()
+    page = {"Origin": "https://shop.example"}
+    resp = await client.options("/api/search", params={"q": "logo"},
+                                headers={**page, "Access-Control-Request-Method": "GET",
+                                         "Access-Control-Request-Headers": "if-none-match"})
+    assert resp.status == 204, await resp.text()
+    assert resp.headers["Access-Control-Allow-Origin"] == "*"
+    assert {m.strip() for m in resp.headers["Access-Control-Allow-Methods"].split(",")} >= {"GET", "HEAD"}
+    assert "if-none-match" in resp.headers["Access-Control-Allow-Headers"].lower()
+    resp = await client.post("/api/search", params={"q": "logo"}, headers=page)
+    assert resp.status == 405 and resp.headers.get("Access-Control-Allow-Origin") == "*"
+    assert {m.strip() for m in resp.headers["Allow"].split(",")} == {"GET", "HEAD", "OPTIONS"}
+    assert (await resp.json())["HttpCode"] == 405
+    resp = await client.post("/api/tokens", headers=page)  # behind a key: nothing readable
+    assert resp.status == 401 and "Access-Control-Allow-Origin" not in resp.headers
+
+
 async def test_alt_text_once_known_becomes_searchable(make_control: MakeControl) -> None:
     # Files named by number: only an alt text (here from the SVG's title) says what one shows.
     client = await make_control()

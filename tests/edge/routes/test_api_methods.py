@@ -51,3 +51,23 @@ async def test_a_page_on_another_origin_reads_the_405_of_a_route_it_may_read(mak
     for method, path in [("POST", "/api/signed"), ("POST", "/api/health"), ("GET", "/api/purge")]:
         resp = await cdn.edge.request(method, path, headers=page)
         assert resp.status == 405 and "Access-Control-Allow-Origin" not in resp.headers, path
+
+
+async def test_a_public_search_answers_a_pages_preflight_as_the_edges_public_reads_do(make_cdn: CdnFactory) -> None:
+    """/api/search is public and readable from any origin (control answers it; the edge forwards it): a page sending a
+    header of its own (If-None-Match, a revalidation) asks first with OPTIONS, which was 405 without
+    Access-Control-Allow-Origin, so its fetch() failed before the GET. It is 204 with the fields /api/transform's
+    preflight has, and another method's 405 is readable too."""
+    cdn = await make_cdn()
+    page = {"Origin": "https://shop.example", "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "if-none-match"}
+    fields = ("Access-Control-Allow-Origin", "Access-Control-Allow-Methods", "Access-Control-Allow-Headers",
+              "Access-Control-Max-Age")
+    transform = await cdn.edge.options("/api/transform", headers=page)
+    assert transform.status == 204
+    search = await cdn.edge.options("/api/search?q=logo", headers=page)
+    assert search.status == 204, await search.text()
+    assert {name: search.headers.get(name) for name in fields} == {name: transform.headers[name] for name in fields}
+    refused = await cdn.edge.post("/api/search?q=logo", headers={"Origin": "https://shop.example"})
+    assert refused.status == 405 and refused.headers.get("Access-Control-Allow-Origin") == "*"
+    assert {m.strip() for m in refused.headers["Allow"].split(",")} == {"GET", "HEAD", "OPTIONS"}
