@@ -1112,6 +1112,23 @@ async def test_a_button_reached_with_tab_in_a_table_that_scrolls_is_shown(site: 
     assert page.problems == []
 
 
+async def test_a_hit_ratio_short_of_all_never_reads_as_all(site: Site, browser: DashboardBrowser) -> None:
+    """A day of 1,999 hits and one miss (99.95%) read '100.0%' in the hit ratio's figure and '100%' on its chart, so
+    the misses vanished from both; a ratio short of all reads at most 99.9% (99% on the chart), one above none at
+    least 0.1% (1%), and the others as they round."""
+    day = time.time() // 86400 * 86400 - 86400
+    hits = [Hit(timestamp=day + n, path=f"{ZONE}/v1/logos/{IMAGE}", zone=ZONE, status=200, bytes=10,
+                cache="MISS" if n == 0 else "HIT", country="DE") for n in range(2000)]
+    await site.control.app[ANALYTICS].record_hits(hits)
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "analytics?days=7", "!!document.querySelector('[data-chart=hit-ratio] circle title')")
+    assert await page.text("[data-kpi=hit-ratio] .value") == "99.9%"
+    marks = await page.js("[...document.querySelectorAll('[data-chart=hit-ratio] circle title')].map(t => t.textContent)")
+    assert len(marks) == 1 and marks[0].endswith(": 99%"), marks
+    assert page.problems == []
+
+
 async def test_analytics_fits_a_phone(site: Site, browser: DashboardBrowser) -> None:
     """On a phone the Analytics view was wider than the screen: the errors' table of paths widened the column of cards,
     so the page scrolled sideways and the counts of Countries and of the errors were cut off at the screen's edge. The

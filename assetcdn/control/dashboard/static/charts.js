@@ -86,9 +86,10 @@ export function barChart(points, { format = String, height = 220, alt = false, n
   return h("div.chart", { dataset: { chart: name } }, svg);
 }
 
-/** A line over points = [{label, value (0..1 or null)}], with an area under it; y is a percentage. */
+/** A line over points = [{label, value (0..1 or null)}], with an area under it; y is a percentage. A value short of 1
+ * reads at most 99%, one above 0 at least 1%: 99.95% rounded to 100% would hide the day's misses. */
 export function ratioChart(points, { height = 220, name = "chart" } = {}) {
-  const format = (v) => `${Math.round(v * 100)}%`;
+  const format = (v) => `${Math.min(Math.max(Math.round(v * 100), v > 0 ? 1 : 0), v < 1 ? 99 : 100)}%`;
   const W = chartWidth();
   const { inner, grid, axis } = frame(W, height, 1, format);
   const svg = s("svg", { viewBox: `0 0 ${W} ${height}`, role: "img", "aria-label": name });
