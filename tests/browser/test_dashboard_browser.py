@@ -641,6 +641,33 @@ async def test_the_origin_panels_fields_are_labelled(site: Site, browser: Dashbo
     assert page.problems == []
 
 
+ZONE_FIELD_LABELS = ("Object.fromEntries(['zone-name', 'zone-origin'].map(id => {"
+                     " const field = document.getElementById(id), label = field.labels[0];"
+                     " return [id, label && label.getClientRects().length ? label.innerText.replace(field.value, '').trim() : null]; }))")
+
+
+async def test_the_zone_creation_fields_are_labelled(site: Site, browser: DashboardBrowser) -> None:
+    """The Zones card's fields for a new zone, its name and its origin URL, were named by their placeholders alone,
+    which go as soon as a field holds a value: a name typed stood beside an unnamed field, and nothing said the origin
+    was optional once typed. Each has a label of its own, shown above it, with Create zone level with the fields; on
+    a phone too."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+    await page.fill("#zone-name", "site")
+    await page.fill("#zone-origin", "https://origin.test")
+    assert await page.js(ZONE_FIELD_LABELS) == {"zone-name": "Zone name", "zone-origin": "Origin URL (optional)"}
+    assert await page.js("(() => { const [field, button] = ['#zone-origin', '#zone-create button[type=submit]']"
+                         ".map(q => document.querySelector(q).getBoundingClientRect());"
+                         " return Math.abs(field.bottom - button.bottom) <= 1; })()")
+    await page.as_phone()
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+    await page.fill("#zone-name", "site")
+    assert await page.js(ZONE_FIELD_LABELS) == {"zone-name": "Zone name", "zone-origin": "Origin URL (optional)"}
+    assert await page.cut_off() == []
+    assert page.problems == []
+
+
 async def test_origin_headers_retyped_in_another_spelling_are_not_dropped(site: Site, browser: DashboardBrowser) -> None:
     """A request header typed again under another case or with `_` for `-` is the same header to the API: saving
     replaces its value without asking whether to remove it. (The origin is a name under .test, never looked up.)"""

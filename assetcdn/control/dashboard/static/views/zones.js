@@ -10,10 +10,12 @@ const ZONE_NAME = /^[a-z0-9-]{2,64}$/;
 const headerKey = (name) => name.toLowerCase().replaceAll("_", "-");
 
 export async function render(container, { rest }) {
-  const nameInput = h("input#zone-name", { type: "text", placeholder: "e.g. acme", autocomplete: "off", maxLength: 64, "aria-label": "Zone name" });
-  const originInput = h("input#zone-origin", { type: "url", placeholder: "Origin URL (optional): https://www.example.com", autocomplete: "off", "aria-label": "Origin URL" });
+  const nameInput = h("input#zone-name", { type: "text", placeholder: "e.g. acme", autocomplete: "off", maxLength: 64 });
+  const originInput = h("input#zone-origin", { type: "url", placeholder: "https://www.example.com", autocomplete: "off" });
   const createError = h("div.field-error#zone-error");
-  const form = h("form.row#zone-create", { onsubmit: create }, nameInput, originInput, h("button.primary", { type: "submit" }, "Create zone"));
+  // Each field named above it, as the origin panel's: a placeholder goes once the field holds a value.
+  const form = h("form.row#zone-create", { onsubmit: create }, h("label.field", null, "Zone name", nameInput),
+    h("label.field", null, "Origin URL (optional)", originInput), h("button.primary", { type: "submit" }, "Create zone"));
   const list = h("div.table-wrap#zone-list");
   const domains = h("div#zone-domains");
   container.append(
