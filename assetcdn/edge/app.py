@@ -110,8 +110,8 @@ PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     *(web.route("*", path, cross_origin(no_such_method, CROSS_ORIGIN[path]) if path in CROSS_ORIGIN else no_such_method)
       for path in dict.fromkeys(route.path for route in EDGE_API_ROUTES)),
     # Public, and readable from any origin as control answers it: the edge's own refusals too (503 while control is
-    # unreachable). Its other methods go on to control, which answers 405.
-    web.route("GET", "/api/search", cross_origin(forward_to_control)),
+    # unreachable, and its Retry-After). Its other methods go on to control, which answers 405.
+    web.route("GET", "/api/search", cross_origin(forward_to_control, RATE_LIMITED_READ)),
     web.route("OPTIONS", "/api/search", read_preflight),  # control's own preflight, answered here without a trip
     web.route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
     web.route("*", "/dashboard", forward_to_control),

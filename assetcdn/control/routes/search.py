@@ -5,7 +5,7 @@ Errors use the legacy envelope (``{"error": "<text>", ...}``), as the API refere
 at most 200 characters and 24 words (400 past them); when the search threads are busy and a few
 queries already wait, 503 with Retry-After at once (assetcdn/control/search/engine.py). Neither a 400
 nor a query left unanswered (503, 500) takes a slot of the client's minute. Any origin may read the answer and
-its errors (assetcdn/shared/cors.py), and OPTIONS is its CORS preflight (204).
+its errors, its quota and a Retry-After among them (assetcdn/shared/cors.py), and OPTIONS is its CORS preflight (204).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from assetcdn.control.identity.rate_limit import client_key, rate_headers
 from assetcdn.control.records.client_ip import request_ip
 from assetcdn.control.search.engine import SearchBusy, query_problem
 from assetcdn.control.search.service import SEARCH, SEARCH_LIMITER
-from assetcdn.shared.cors import PUBLIC_READ, cross_origin, preflight
+from assetcdn.shared.cors import RATE_LIMITED_READ, cross_origin, preflight
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.middleware import json_response
 
@@ -62,9 +62,11 @@ async def _search(request: web.Request) -> web.StreamResponse:
     max_age = int(request.app[SETTINGS].get("search", "cache_ttl_s"))
     return json_response({"results": results, "query": query, "count": len(results), "mode": answer.mode},
                          headers={"Cache-Control": f"public, max-age={max_age}", **rate_headers(decision),
-                                  **PUBLIC_READ})
+                                  **RATE_LIMITED_READ})
 
 
-search = cross_origin(_search)   # public: a page on another origin reads the results and the errors
+# Public: a page on another origin reads the results and the errors, and its quota and when to retry (a 429's or a
+# 503's Retry-After).
+search = cross_origin(_search, RATE_LIMITED_READ)
 # A page's preflight (OPTIONS, sent when it adds a header of its own: If-None-Match), as the edge's public reads'.
 search_preflight = preflight()

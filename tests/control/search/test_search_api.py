@@ -168,6 +168,7 @@ async def test_requests_beyond_the_per_ip_limit_are_429(make_control: MakeContro
         resp = await client.get("/api/search", params={"q": f"logo {i}"})
         assert resp.status == 200
         assert resp.headers["X-RateLimit-Remaining"] == str(2 - i)
+        assert "x-ratelimit-remaining" in resp.headers.get("Access-Control-Expose-Headers", "").lower()
     resp = await client.get("/api/search", params={"q": "logo"})
     assert resp.status == 429
     body = await resp.json()
@@ -176,6 +177,9 @@ async def test_requests_beyond_the_per_ip_limit_are_429(make_control: MakeContro
     assert resp.headers["X-RateLimit-Limit"] == "3" and resp.headers["X-RateLimit-Remaining"] == "0"
     assert 1 <= int(resp.headers["Retry-After"]) <= 60
     assert resp.headers["Access-Control-Allow-Origin"] == "*"   # a page on another origin reads the 429 too
+    # and when to ask again: none of these is a CORS-safelisted field, so a page reads it only when it is exposed
+    exposed = {name.strip().lower() for name in resp.headers.get("Access-Control-Expose-Headers", "").split(",")}
+    assert {"retry-after", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"} <= exposed
     # Counted per client: another address, forwarded by an edge, has its own window.
     other = await client.get("/api/search", params={"q": "logo"}, headers=forwarded_for("203.0.113.9"))
     assert other.status == 200

@@ -141,6 +141,7 @@ async def test_a_page_on_another_origin_reads_the_edges_own_refusal_of_a_public_
     body = await resp.json()  # search's legacy envelope: `error` is the message
     assert (resp.status, body["HttpCode"]) == (503, 503) and "cannot be reached" in body["error"], body
     assert resp.headers.get("Access-Control-Allow-Origin") == "*"
+    assert "Retry-After" in resp.headers and "retry-after" in resp.headers.get("Access-Control-Expose-Headers", "").lower()
     resp = await cdn.edge.get("/api/core/zones", headers={**ACCOUNT, **page})  # behind a key: no CORS
     await expect_error(resp, 503, "ControlUnreachable")
     assert "Access-Control-Allow-Origin" not in resp.headers
