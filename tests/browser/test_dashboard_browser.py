@@ -668,6 +668,27 @@ async def test_the_zone_creation_fields_are_labelled(site: Site, browser: Dashbo
     assert page.problems == []
 
 
+async def test_the_domain_field_is_labelled(site: Site, browser: DashboardBrowser) -> None:
+    """A zone's Domains panel named its field for a new domain by its placeholder alone, gone once a hostname is
+    typed. It has a label of its own, shown above it, with Add domain level with the field."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+    await page.fill("#zone-name", "site")
+    await page.click("#zone-create button[type=submit]")
+    await page.wait_for("!!document.querySelector('#zone-list tr[data-zone=\"site\"]')")
+    await page.click("#zone-list tr[data-zone=\"site\"] button[data-action=domains]")
+    await page.wait_for("!!document.querySelector('#domain-hostname')")
+    await page.fill("#domain-hostname", "assets.site.test")
+    assert await page.js("(() => { const field = document.getElementById('domain-hostname'), label = field.labels[0];"
+                         " return label && label.getClientRects().length ? label.innerText.trim() : null; })()") == \
+        "Hostname"
+    assert await page.js("(() => { const [field, button] = ['#domain-hostname', '#domain-add button[type=submit]']"
+                         ".map(q => document.querySelector(q).getBoundingClientRect());"
+                         " return Math.abs(field.bottom - button.bottom) <= 1; })()")
+    assert page.problems == []
+
+
 async def test_origin_headers_retyped_in_another_spelling_are_not_dropped(site: Site, browser: DashboardBrowser) -> None:
     """A request header typed again under another case or with `_` for `-` is the same header to the API: saving
     replaces its value without asking whether to remove it. (The origin is a name under .test, never looked up.)"""

@@ -234,7 +234,7 @@ export async function render(container, { rest }) {
   }
 
   async function showDomains(zone) {
-    const hostInput = h("input#domain-hostname", { type: "text", placeholder: "assets.example.com", autocomplete: "off", "aria-label": "Hostname" });
+    const hostInput = h("input#domain-hostname", { type: "text", placeholder: "assets.example.com", autocomplete: "off" });
     const addError = h("div.field-error");
     const table = h("div.table-wrap");
     const note = h("p.muted.small");
@@ -251,7 +251,7 @@ export async function render(container, { rest }) {
           addError.textContent = error.message;
         }
       },
-    }, hostInput, h("button.primary", { type: "submit" }, "Add domain"));
+    }, h("label.field", null, "Hostname", hostInput), h("button.primary", { type: "submit" }, "Add domain"));
     showPanel(zone, "domains", `Domains of ${zone}`, addForm, addError, note, table);
 
     // The certificate's state: until when it is valid, or the CA's reason and the next attempt.
