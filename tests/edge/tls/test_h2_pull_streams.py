@@ -609,7 +609,6 @@ async def test_a_lagging_stream_reset_while_the_origin_holds_its_body_gives_its_
         return response
 
     edge.origin.route(name, held)
-    before = ClientFeed.lagging_now
     conn = edge.connect()
     try:
         stream = conn.stall(f"/{ZONE}{name}")
@@ -620,7 +619,8 @@ async def test_a_lagging_stream_reset_while_the_origin_holds_its_body_gives_its_
 
         await wait_until(lagging, "the stream's client lagging behind its fill")
         feed = feeds[-1]
-        assert (conn.server.lagging, ClientFeed.lagging_now) == (1, before + 1)  # (no other test's feed ended between)
+        # Its own places (the worker-wide count may also drop meanwhile by a feed an earlier test left to end alone).
+        assert conn.server.lagging == 1 and feed.lagging and ClientFeed.lagging_now >= 1
         conn.stalled.discard(stream)  # it takes what it was queued: its feed waits for the fill
         conn.client.increment_flow_control_window(len(body), stream)
 
