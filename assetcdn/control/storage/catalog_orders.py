@@ -91,8 +91,7 @@ def grouped(order: list[ManifestEntry], of: Key) -> dict[str, list[ManifestEntry
 class CatalogOrders:
     """Every file in each sort of `SORTS`. Read a list it gives, never change it, and not across an await."""
 
-    def __init__(self, entries: Iterable[ManifestEntry] = (),
-                 zone_files: Callable[[str], list[ManifestEntry]] | None = None) -> None:
+    def __init__(self, entries: Iterable[ManifestEntry], zone_files: Callable[[str], list[ManifestEntry]]) -> None:
         """`zone_files`: a zone's files (ManifestStore.zone_entries), so that a project's order is made alone."""
         self._zone_files = zone_files
         by_path = sorted(entries, key=attrgetter("path"))
@@ -108,7 +107,7 @@ class CatalogOrders:
     async def ready(self, sort: str, facet: str) -> None:
         """Make a category's or a format's orders in `sort` if not yet: the pass grouping every file runs on a thread,
         over a copy of the order, and control answers meanwhile; if a change came meanwhile, it is done again here."""
-        if (sort, facet) in self._facets or facet == "project" and self._zone_files is not None:
+        if (sort, facet) in self._facets or facet == "project":  # a project's are made alone, in `facet`
             return
         async with self.passes:
             if (sort, facet) in self._facets:  # made while this one waited
@@ -123,7 +122,7 @@ class CatalogOrders:
         """The files whose `facet` (of `FACETS`) is `value`, in `sort`'s order (ascending); `ready` first, so that a
         category's or a format's are not grouped here, on the event loop."""
         groups = self._facets.get((sort, facet))
-        if facet == "project" and self._zone_files is not None:  # only the projects asked for, never an empty one
+        if facet == "project":  # only the projects asked for, never an empty one
             if groups is None:
                 groups = self._facets[sort, facet] = {}
             if (order := groups.get(value)) is None:
@@ -142,13 +141,13 @@ class CatalogOrders:
         for sort, (key, _) in SORTS.items():
             self._whole[sort] = moved(self._whole[sort], key, changes, in_place)
         for (sort, facet), groups in self._facets.items():
-            of, every_value = FACETS[facet], facet != "project" or self._zone_files is None
+            of = FACETS[facet]
             by_value: dict[str, list[Change]] = {}
             for before, after in changes:
                 if (entry := before or after) is not None:
                     by_value.setdefault(of(entry), []).append((before, after))
             for value, its_changes in by_value.items():
-                if not every_value and value not in groups:
+                if facet == "project" and value not in groups:  # a project's: only those asked for are kept
                     continue
                 if order := moved(groups.get(value, []), SORTS[sort][0], its_changes, in_place):
                     groups[value] = order
