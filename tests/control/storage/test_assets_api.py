@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,12 +117,11 @@ async def test_the_whole_catalog_is_ordered_once_and_kept_in_order_through_chang
     """Every page of the whole catalog sorted every file of the manifest again on control's event loop (160-360 ms at
     100,000 files, every other request of control waiting meanwhile); each order is made once and kept in step with
     each change, so a page is the files it shows, in the order a sort of the catalog as it is gives."""
-    sizes = dict(FILES)
     for sort in ("name", "size", "project"):
         await listing(catalog, sort=sort)
     refuse_passes(catalog)
 
-    async def agrees() -> None:
+    async def agrees(sizes: dict[str, int]) -> None:
         by_size = sorted(sizes, key=lambda p: (sizes[p], p))
         assert paths(await listing(catalog, sort="size")) == by_size
         assert paths(await listing(catalog, sort="size", order="desc", per_page=3, page=2)) == by_size[::-1][3:6]
@@ -132,18 +132,27 @@ async def test_the_whole_catalog_is_ordered_once_and_kept_in_order_through_chang
         body = await listing(catalog, q="akande", sort="size", order="desc")
         assert paths(body) == [p for p in by_size[::-1] if "akande" in p]
 
-    await agrees()
-    for path, size in (("akande/v1/logos/akande.svg", 5), ("bantu/v1/icons/Zebra.png", 70)):  # moved, added
-        resp = await catalog.put(f"/api/storage/{path}", data=b"x" * size, headers=ACCESS)
+    await through_changes(catalog, agrees, {"akande/v1/logos/akande.svg": 5,  # moved
+                                            "bantu/v1/icons/Zebra.png": 70},  # added
+                          "akande/v1/icons/192x192.png")
+
+
+async def through_changes(client: TestClient, agrees: Callable[[dict[str, int]], Awaitable[None]],
+                          uploads: dict[str, int], deleted: str) -> None:
+    """`agrees(sizes)` (the catalog's pages checked against its files, path: size) on FILES, then after each change in
+    turn: `uploads` (path: size) put, the file `deleted` deleted, the zone bantu deleted."""
+    sizes = dict(FILES)
+    await agrees(sizes)
+    for path, size in uploads.items():
+        resp = await client.put(f"/api/storage/{path}", data=b"x" * size, headers=ACCESS)
         assert resp.status == 201, await resp.text()
         sizes[path] = size
-    await agrees()
-    assert (await catalog.delete("/api/storage/akande/v1/icons/192x192.png", headers=ACCESS)).status == 200
-    del sizes["akande/v1/icons/192x192.png"]
-    await agrees()
-    assert (await catalog.delete("/api/core/zones/bantu", headers=ACCOUNT)).status == 200
-    sizes = {p: size for p, size in sizes.items() if not p.startswith("bantu/")}
-    await agrees()
+    await agrees(sizes)
+    assert (await client.delete(f"/api/storage/{deleted}", headers=ACCESS)).status == 200
+    del sizes[deleted]
+    await agrees(sizes)
+    assert (await client.delete("/api/core/zones/bantu", headers=ACCOUNT)).status == 200
+    await agrees({p: size for p, size in sizes.items() if not p.startswith("bantu/")})
 
 
 def expected(sizes: dict[str, int], sort: str, **only: str) -> list[str]:
@@ -169,9 +178,8 @@ async def test_filtered_and_descending_pages_are_read_from_kept_orders(catalog: 
         for only in filters[:3]:
             await listing(catalog, sort=sort, **only)
     refuse_passes(catalog, orders=True)
-    sizes = dict(FILES)
 
-    async def agrees() -> None:
+    async def agrees(sizes: dict[str, int]) -> None:
         for sort in ("name", "size", "project"):
             assert paths(await listing(catalog, sort=sort, order="desc", per_page=2, page=3)) == expected(
                 sizes, sort)[::-1][4:6], sort
@@ -182,19 +190,9 @@ async def test_filtered_and_descending_pages_are_read_from_kept_orders(catalog: 
                 assert paths(await listing(catalog, sort=sort, order="desc", per_page=1, page=2, **only)) == expected(
                     sizes, sort, **only)[::-1][1:2], (sort, only)
 
-    await agrees()
-    for path, size in (("akande/v1/logos/akande.svg", 5), ("bantu/v1/icons/Zebra.png", 70),
-                       ("bantu/v1/logos/new.PNG", 3)):  # moved, added, a format of its own spelling
-        resp = await catalog.put(f"/api/storage/{path}", data=b"x" * size, headers=ACCESS)
-        assert resp.status == 201, await resp.text()
-        sizes[path] = size
-    await agrees()
-    assert (await catalog.delete("/api/storage/akande/v1/logos/akande.png", headers=ACCESS)).status == 200
-    del sizes["akande/v1/logos/akande.png"]
-    await agrees()
-    assert (await catalog.delete("/api/core/zones/bantu", headers=ACCOUNT)).status == 200
-    sizes = {p: size for p, size in sizes.items() if not p.startswith("bantu/")}
-    await agrees()
+    await through_changes(catalog, agrees, {"akande/v1/logos/akande.svg": 5, "bantu/v1/icons/Zebra.png": 70,
+                                            "bantu/v1/logos/new.PNG": 3},  # moved, added, a format of its own spelling
+                          "akande/v1/logos/akande.png")
 
 
 async def test_the_whole_catalog_is_not_sorted_again_after_a_change_of_many_files(catalog: TestClient,
