@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -39,6 +40,16 @@ def cdn(tmp_path: Path) -> Iterator[RunningCdn]:
 async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str, bytes]:
     async with session.get(url) as resp:
         return resp.status, resp.headers.get("X-Cache", ""), await resp.read()
+
+
+async def _health_naming(session: aiohttp.ClientSession, edge: EdgeProcess, secret: str) -> dict[str, Any]:
+    """The edge's control check once its health answers 503 and that check's error names `secret` (bounded)."""
+    async def says_why() -> dict[str, Any] | None:
+        status, body = await health(session, edge.url)
+        check = control_check(body)
+        return check if status == 503 and secret in check.get("error", "") else None
+
+    return await poll(says_why, timeout_s=30, what=f"{edge.name}'s health naming its {secret}")
 
 
 async def test_an_edge_with_a_wrong_cluster_secret_serves_nothing_as_current_and_says_why(
@@ -73,13 +84,7 @@ async def test_an_edge_with_a_wrong_cluster_secret_serves_nothing_as_current_and
             await poll(answering, timeout_s=30, what="edge-old answering again")
             status, cache, data = await _get(session, f"{edge.url}{PATH}")
             assert (status, cache, data) == (200, "STALE", b"before")  # purged since: never passed for current
-
-            async def says_why() -> dict | None:
-                status, body = await health(session, edge.url)
-                check = control_check(body)
-                return check if status == 503 and "cluster secret" in check.get("error", "") else None
-
-            check = await poll(says_why, timeout_s=30, what="edge-old's health says control refuses its signature")
+            check = await _health_naming(session, edge, "cluster secret")  # control refuses its signature
             assert check["healthy"] is False
     finally:
         edge.stop()
@@ -93,12 +98,7 @@ async def test_an_edge_with_another_signed_url_secret_says_so(cdn: RunningCdn, t
                       env_extra={"ASSETCDN_SIGNED_URL_SECRET": WRONG_SIGNED_URL_SECRET})
     try:
         async with aiohttp.ClientSession() as session:
-            async def says_why() -> dict | None:
-                status, body = await health(session, edge.url)
-                check = control_check(body)
-                return check if status == 503 and "signed-URL secret" in check.get("error", "") else None
-
-            check = await poll(says_why, timeout_s=30, what="edge-signed's health names its signed-URL secret")
+            check = await _health_naming(session, edge, "signed-URL secret")
             assert check["healthy"] is False
     finally:
         edge.stop()
