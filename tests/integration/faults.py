@@ -158,17 +158,23 @@ async def wait_healthy(session: aiohttp.ClientSession, url: str, timeout_s: floa
     return await poll(probe, timeout_s=timeout_s, what=f"{url} healthy", interval_s=0.2)
 
 
-async def wait_control_restarted(session: aiohttp.ClientSession, cdn: RunningCdn, old_pids: list[int]) -> None:
-    """Until `assetcdn up` has started control again (a process other than `old_pids`) and it answers its health."""
-    deadline = time.monotonic() + 60
+async def wait_control_restarted(session: aiohttp.ClientSession, cdn: RunningCdn, old_pids: list[int], *,
+                                 timeout_s: float = 60) -> None:
+    """Until `assetcdn up` has started control again (a process other than `old_pids`) and it answers its health
+    (bounded); past `timeout_s`, fails with the end of up's log, where control's lines are."""
+    deadline = time.monotonic() + timeout_s
     while True:
         pids = cdn.pids("-m assetcdn.control")
         if pids and not set(pids) & set(old_pids):
             try:
-                async with session.get(f"{cdn.control_url}/api/health") as resp:
+                async with session.get(f"{cdn.control_url}/api/health",
+                                       timeout=aiohttp.ClientTimeout(total=5)) as resp:
                     if resp.status == 200:
                         return
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, TimeoutError):
                 pass
-        assert time.monotonic() < deadline, "control did not come back"
+        if time.monotonic() > deadline:
+            log = cdn.log_path.read_bytes()[-3000:].decode(errors="replace")
+            raise AssertionError(f"control did not come back within {timeout_s:.0f} s (its processes now: {pids}, "
+                                 f"before: {old_pids}); the end of the log:\n{log}")
         await asyncio.sleep(0.2)

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.integration.faults import health, poll
+from tests.integration.faults import health, poll, wait_control_restarted
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, start_cdn
 from tests.integration.kill_control import (
     LOCK,
@@ -64,14 +64,10 @@ async def test_kill_9_during_200_uploads_loses_no_acknowledged_write(cdn: Runnin
                     report.killed_after, len(report.acknowledged), len(report.unacknowledged))
         assert report.unacknowledged, "the kill came after every upload had been answered"
 
-        async def restarted() -> int | None:  # `assetcdn up` restarts it
-            pids = cdn.pids("-m assetcdn.control")
-            if not pids or pids == [control_pid]:
-                return None
-            status, body = await health(session, cdn.control_url)
-            return body["manifestGeneration"] if status == 200 else None
-
-        generation = await poll(restarted, timeout_s=60, what="control restarted", interval_s=0.1)
+        await wait_control_restarted(session, cdn, [control_pid])  # `assetcdn up` restarts it
+        status, body = await health(session, cdn.control_url)
+        assert status == 200, body
+        generation = body["manifestGeneration"]
         log.warning("control answered again %.1f s after the kill", time.monotonic() - killed_at)
         assert await check_after_restart(session, cdn.control_url, report, repo) == []
 

@@ -18,26 +18,12 @@ import pytest
 from aiohttp import web
 
 from tests.control.webhooks.receiver import Receiver
-from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, start_cdn
+from tests.integration.faults import wait_control_restarted
+from tests.integration.harness import ACCESS, ACCOUNT, start_cdn
 
 pytestmark = pytest.mark.integration
 RESTART_BOUND_S = 90
 FILES = 5
-
-
-async def _control_restarted(session: aiohttp.ClientSession, cdn: RunningCdn, killed: list[int]) -> None:
-    deadline = time.monotonic() + RESTART_BOUND_S
-    while time.monotonic() < deadline:
-        fresh = [pid for pid in cdn.pids("-m assetcdn.control") if pid not in killed]
-        if fresh:
-            try:
-                async with session.get(f"{cdn.control_url}/api/health") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"control did not come back:\n{cdn.log_path.read_text()[-3000:]}")
 
 
 async def test_events_of_acknowledged_mutations_survive_a_kill_9_of_control(tmp_path: Path) -> None:
@@ -73,7 +59,7 @@ async def test_events_of_acknowledged_mutations_survive_a_kill_9_of_control(tmp_
             killed_at = time.time()
             for pid in killed:
                 os.kill(pid, signal.SIGKILL)
-            await _control_restarted(session, cdn, killed)
+            await wait_control_restarted(session, cdn, killed, timeout_s=RESTART_BOUND_S)
             receiver.gates["kill"].set()
 
             def arrived_after_the_kill() -> set[tuple[str, str]]:
