@@ -592,6 +592,33 @@ async def open_origin_panel(page: DashboardBrowser, base: str, zone: str, state:
                         f"document.getElementById('origin-state').textContent.includes({json.dumps(state)})")
 
 
+async def make_zone_in_form(page: DashboardBrowser, name: str, origin: str | None = None) -> None:
+    """Fills the Zones view's form for a new zone (its origin URL too, when given) and submits it; returns once the
+    zone's row is listed."""
+    await page.fill("#zone-name", name)
+    if origin is not None:
+        await page.fill("#zone-origin", origin)
+    await page.click("#zone-create button[type=submit]")
+    await page.wait_for(f"!!document.querySelector('#zone-list tr[data-zone={json.dumps(name)}]')")
+
+
+async def field_labels(page: DashboardBrowser, *ids: str) -> dict[str, str | None]:
+    """{a field's id: the text of its label as shown (without the field's value: a label holds its field), or None
+    when it has no label shown}: what names the field once it holds a value and its placeholder is gone."""
+    labels: dict[str, str | None] = await page.js(
+        f"Object.fromEntries({json.dumps(list(ids))}.map(id => {{"
+        " const field = document.getElementById(id), label = field.labels[0];"
+        " return [id, label && label.getClientRects().length ? label.innerText.replace(field.value, '').trim() : null]; }))")
+    return labels
+
+
+async def level(page: DashboardBrowser, field: str, button: str) -> bool:
+    """Whether two elements (CSS selectors), a field and its form's button, end level on screen (within a pixel)."""
+    return bool(await page.js(f"(() => {{ const [field, button] = [{json.dumps(field)}, {json.dumps(button)}]"
+                              ".map(q => document.querySelector(q).getBoundingClientRect());"
+                              " return Math.abs(field.bottom - button.bottom) <= 1; })()"))
+
+
 async def test_a_zones_panels_take_the_focus_and_give_it_back(site: Site, browser: DashboardBrowser) -> None:
     """A zone's Origin or Domains panel, opened from its row with Enter, appeared below the list with the focus left on
     the row (the panel a row's worth of Tabs away), and its Close removed the panel with the focus in it, so the focus
@@ -627,23 +654,13 @@ async def test_the_origin_panels_fields_are_labelled(site: Site, browser: Dashbo
     await sign_in_with_password(page, base)
     await page.as_phone()
     await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
-    await page.fill("#zone-name", "site")
-    await page.fill("#zone-origin", "https://origin.test")
-    await page.click("#zone-create button[type=submit]")
-    await page.wait_for("!!document.querySelector('#zone-list tr[data-zone=\"site\"]')")
+    await make_zone_in_form(page, "site", "https://origin.test")
     await open_origin_panel(page, base, "site", "pulls from https://origin.test")
-    labels = await page.js("Object.fromEntries(['origin-url', 'origin-host', 'origin-headers'].map(id => {"
-                           " const field = document.getElementById(id), label = field.labels[0];"
-                           " return [id, label && label.getClientRects().length ? label.innerText.replace(field.value, '').trim() : null]; }))")
+    labels = await field_labels(page, "origin-url", "origin-host", "origin-headers")
     assert labels == {"origin-url": "Origin URL", "origin-host": "Host header (optional)",
                       "origin-headers": "Request headers (optional), one per line"}
     assert await page.cut_off() == []
     assert page.problems == []
-
-
-ZONE_FIELD_LABELS = ("Object.fromEntries(['zone-name', 'zone-origin'].map(id => {"
-                     " const field = document.getElementById(id), label = field.labels[0];"
-                     " return [id, label && label.getClientRects().length ? label.innerText.replace(field.value, '').trim() : null]; }))")
 
 
 async def test_the_zone_creation_fields_are_labelled(site: Site, browser: DashboardBrowser) -> None:
@@ -651,19 +668,18 @@ async def test_the_zone_creation_fields_are_labelled(site: Site, browser: Dashbo
     which go as soon as a field holds a value: a name typed stood beside an unnamed field, and nothing said the origin
     was optional once typed. Each has a label of its own, shown above it, with Create zone level with the fields; on
     a phone too."""
+    labels = {"zone-name": "Zone name", "zone-origin": "Origin URL (optional)"}
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
     await page.fill("#zone-name", "site")
     await page.fill("#zone-origin", "https://origin.test")
-    assert await page.js(ZONE_FIELD_LABELS) == {"zone-name": "Zone name", "zone-origin": "Origin URL (optional)"}
-    assert await page.js("(() => { const [field, button] = ['#zone-origin', '#zone-create button[type=submit]']"
-                         ".map(q => document.querySelector(q).getBoundingClientRect());"
-                         " return Math.abs(field.bottom - button.bottom) <= 1; })()")
+    assert await field_labels(page, *labels) == labels
+    assert await level(page, "#zone-origin", "#zone-create button[type=submit]")
     await page.as_phone()
     await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
     await page.fill("#zone-name", "site")
-    assert await page.js(ZONE_FIELD_LABELS) == {"zone-name": "Zone name", "zone-origin": "Origin URL (optional)"}
+    assert await field_labels(page, *labels) == labels
     assert await page.cut_off() == []
     assert page.problems == []
 
@@ -674,18 +690,12 @@ async def test_the_domain_field_is_labelled(site: Site, browser: DashboardBrowse
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
-    await page.fill("#zone-name", "site")
-    await page.click("#zone-create button[type=submit]")
-    await page.wait_for("!!document.querySelector('#zone-list tr[data-zone=\"site\"]')")
+    await make_zone_in_form(page, "site")
     await page.click("#zone-list tr[data-zone=\"site\"] button[data-action=domains]")
     await page.wait_for("!!document.querySelector('#domain-hostname')")
     await page.fill("#domain-hostname", "assets.site.test")
-    assert await page.js("(() => { const field = document.getElementById('domain-hostname'), label = field.labels[0];"
-                         " return label && label.getClientRects().length ? label.innerText.trim() : null; })()") == \
-        "Hostname"
-    assert await page.js("(() => { const [field, button] = ['#domain-hostname', '#domain-add button[type=submit]']"
-                         ".map(q => document.querySelector(q).getBoundingClientRect());"
-                         " return Math.abs(field.bottom - button.bottom) <= 1; })()")
+    assert await field_labels(page, "domain-hostname") == {"domain-hostname": "Hostname"}
+    assert await level(page, "#domain-hostname", "#domain-add button[type=submit]")
     assert page.problems == []
 
 
@@ -695,10 +705,7 @@ async def test_origin_headers_retyped_in_another_spelling_are_not_dropped(site: 
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
-    await page.fill("#zone-name", "site")
-    await page.fill("#zone-origin", "https://origin.test/assets")
-    await page.click("#zone-create button[type=submit]")
-    await page.wait_for("!!document.querySelector('#zone-list tr[data-zone=\"site\"]')")
+    await make_zone_in_form(page, "site", "https://origin.test/assets")
     await open_origin_panel(page, base, "site", "pulls from https://origin.test/assets")
     await page.fill("#origin-headers", "X-Origin-Secret: one\nX-Api-Key: two")
     await page.click("#origin-form button[type=submit]")
@@ -726,10 +733,7 @@ async def test_origin_header_named_twice_is_refused_not_half_saved(site: Site, b
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
-    await page.fill("#zone-name", "twice")
-    await page.fill("#zone-origin", "https://origin.test")
-    await page.click("#zone-create button[type=submit]")
-    await page.wait_for("!!document.querySelector('#zone-list tr[data-zone=\"twice\"]')")
+    await make_zone_in_form(page, "twice", "https://origin.test")
     for lines in ("X-Token: first\nX-Token: second", "X-Token: first\nx_token: second"):
         await open_origin_panel(page, base, "twice", "pulls from https://origin.test")
         await page.fill("#origin-headers", lines)
@@ -750,11 +754,8 @@ async def test_origin_panel_acts_on_the_origin_as_it_is_now(site: Site, browser:
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
-    for name, origin in (("mirror", "https://origin.test"), ("later", "")):
-        await page.fill("#zone-name", name)
-        await page.fill("#zone-origin", origin)
-        await page.click("#zone-create button[type=submit]")
-        await page.wait_for(f"!!document.querySelector('#zone-list tr[data-zone=\"{name}\"]')")
+    for name, origin in (("mirror", "https://origin.test"), ("later", "")):  # "later" with no origin
+        await make_zone_in_form(page, name, origin)
 
     await open_origin_panel(page, base, "mirror", "pulls from https://origin.test.")
     body = json.dumps({"Url": "https://origin.test", "RequestHeaders": {"X-Origin-Secret": "s3cret"}})
