@@ -1272,16 +1272,33 @@ async def test_every_view_fits_a_small_phone(site: Site, browser: DashboardBrows
     assert page.problems == []
 
 
+async def store_pngs(site: Site, client: ClientSession, *names: str) -> None:
+    """Small PNGs (32 x 20) of these names in ZONE's v1/logos, through control's storage API."""
+    for name in names:
+        resp = await client.put(site.control.make_url(f"/api/storage/{ZONE}/v1/logos/{name}"), data=png(32, 20),
+                                headers={**ACCESS, "Content-Type": "image/png"})
+        assert resp.status == 201, await resp.text()
+
+
+async def delete_with_the_keyboard(page: DashboardBrowser, delete: str, gone: str, holder: str) -> None:
+    """A Delete button (`delete`, a JavaScript expression) pressed with Enter, its confirmation (opened on Cancel)
+    answered with Tab and Enter; once `gone` holds, the focus is on the list `holder` (an id), not at the page's start."""
+    await page.js(f"{delete}.focus()")
+    await page.press("Enter")
+    await page.wait_for("document.activeElement?.textContent === 'Cancel'")
+    await page.press("Tab")
+    await page.press("Enter")
+    await page.wait_for(gone)
+    assert await page.js("document.activeElement.id") == holder
+
+
 async def test_a_file_chosen_on_a_phone_shows_its_preview(site: Site, browser: DashboardBrowser) -> None:
     """On a phone the preview is below the folder's list: a file chosen further down a long folder (with a tap, or Enter
     on its name) filled a preview out of sight, and nothing seemed to happen; the focus stayed in the list, the preview's
     buttons a list's worth of Tabs away. The preview is brought into sight and takes the focus (its heading)."""
     async with ClientSession() as client:
         await create_zone(site, client)
-        for i in range(14):
-            resp = await client.put(site.control.make_url(f"/api/storage/{ZONE}/v1/logos/logo-{i:02}.png"),
-                                    data=png(32, 20), headers={**ACCESS, "Content-Type": "image/png"})
-            assert resp.status == 201, await resp.text()
+        await store_pngs(site, client, *(f"logo-{i:02}.png" for i in range(14)))
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     await page.as_phone()
@@ -1301,23 +1318,15 @@ async def test_a_file_deleted_from_the_keyboard_leaves_the_focus_in_the_folder(s
     focus fell to the page's start and the next Tab began there. The folder's list keeps the focus."""
     async with ClientSession() as client:
         await create_zone(site, client)
-        for name in ("a.png", "b.png"):
-            resp = await client.put(site.control.make_url(f"/api/storage/{ZONE}/v1/logos/{name}"), data=png(32, 20),
-                                    headers={**ACCESS, "Content-Type": "image/png"})
-            assert resp.status == 201, await resp.text()
+        await store_pngs(site, client, "a.png", "b.png")
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     await open_view(page, base, f"files/{ZONE}/v1/logos?file=b.png", "document.querySelector('#preview h2')?.textContent === 'b.png'")
     delete_buttons = {"a.png": "[...document.querySelectorAll('#file-list tr[data-name=\"a.png\"] button')]",
                       "b.png": "[...document.querySelectorAll('#preview button')]"}
     for name, buttons in delete_buttons.items():
-        await page.js(f"{buttons}.find(b => b.textContent === 'Delete').focus()")
-        await page.press("Enter")
-        await page.wait_for("document.activeElement?.textContent === 'Cancel'")
-        await page.press("Tab")
-        await page.press("Enter")
-        await page.wait_for(f"!document.querySelector('#file-list tr[data-name=\"{name}\"]')")
-        assert await page.js("document.activeElement.id") == "file-list"
+        await delete_with_the_keyboard(page, f"{buttons}.find(b => b.textContent === 'Delete')",
+                                       f"!document.querySelector('#file-list tr[data-name=\"{name}\"]')", "file-list")
     assert page.problems == []
 
 
@@ -1340,9 +1349,7 @@ async def test_enter_in_a_confirmation_without_a_field_cancels(site: Site, brows
     Delete button deleted the file. The focus is on Cancel: Enter keeps the file; Delete is still a Tab away."""
     async with ClientSession() as client:
         await create_zone(site, client)
-        resp = await client.put(site.control.make_url(f"/api/storage/{ZONE}/v1/logos/{IMAGE}"), data=png(32, 20),
-                                headers={**ACCESS, "Content-Type": "image/png"})
-        assert resp.status == 201, await resp.text()
+        await store_pngs(site, client, IMAGE)
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     await open_view(page, base, f"files/{ZONE}/v1/logos", f"!!document.querySelector('#file-list tr[data-name=\"{IMAGE}\"]')")
@@ -1470,22 +1477,11 @@ async def test_the_keyboard_keeps_its_place_when_a_list_is_drawn_again(site: Sit
 
     # Deleted from the keyboard (the confirmation opens on Cancel; Tab, Enter): the list keeps the focus.
     ok = row.format(list="#webhook-list", id=ids["ok"])
-    await page.js(f"{button.format(row=ok, text='Delete')}.focus()")
-    await page.press("Enter")
-    await page.wait_for("document.activeElement?.textContent === 'Cancel'")
-    await page.press("Tab")
-    await page.press("Enter")
-    await page.wait_for(f"!{ok}")
-    assert await page.js("document.activeElement.id") == "webhook-list"
+    await delete_with_the_keyboard(page, button.format(row=ok, text="Delete"), f"!{ok}", "webhook-list")
 
     await open_view(page, base, "tokens", "!!document.querySelector('#token-list tr[data-id]')")
-    await page.js("document.querySelector('#token-list tr[data-id] button').focus()")
-    await page.press("Enter")
-    await page.wait_for("document.activeElement?.textContent === 'Cancel'")
-    await page.press("Tab")
-    await page.press("Enter")
-    await page.wait_for("!document.querySelector('#token-list tr[data-id]')")
-    assert await page.js("document.activeElement.id") == "token-list"
+    await delete_with_the_keyboard(page, "document.querySelector('#token-list tr[data-id] button')",
+                                   "!document.querySelector('#token-list tr[data-id]')", "token-list")
     assert page.problems == []
 
 
