@@ -175,6 +175,6 @@ async def wait_control_restarted(session: aiohttp.ClientSession, cdn: RunningCdn
                 pass
         if time.monotonic() > deadline:
             log = cdn.log_path.read_bytes()[-3000:].decode(errors="replace")
-            raise AssertionError(f"control did not come back within {timeout_s:.0f} s (its processes now: {pids}, "
+            raise AssertionError(f"control did not come back within {timeout_s:g} s (its processes now: {pids}, "
                                  f"before: {old_pids}); the end of the log:\n{log}")
         await asyncio.sleep(0.2)
