@@ -148,6 +148,18 @@ NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", 
 # do its 304s and 416s (`client_headers`' `ranges`): a player deciding from its first answer whether it may seek gets
 # the same head, and a browser updating its stored head from a 304 (RFC 9111 4.3.4) keeps `bytes`.
 NOT_DELIVERED_RANGED = NOT_DELIVERED | {"accept-ranges"}
+# What an origin's answer tells this cache, never a browser: Surrogate-Control (the Edge Architecture note's caching
+# directives, freshness.TARGETED_FIELDS) and the purge tags (Cache-Tag, Surrogate-Key: freshness.TAG_FIELDS), which
+# often name the origin's inner workings (customer ids, build ids) and mean nothing past the CDN. They stay in the
+# stored head (a revalidation reads the copy's directives again, a 304 its tags) and go out to another edge that asks
+# this one as its shield (`client_headers`' `to_edge`: it reads them as this edge did); never to a client. The whole
+# of Surrogate-Control goes, as Fastly drops it, not only the directives meant for this cache: through the edge the
+# origin is told of this cache alone (origin_client.py sends the edge's own Surrogate-Capability, never a client's),
+# so of no device past it to target, and browsers ignore the field. CDN-Cache-Control is not among them: RFC 9213
+# lets a cache pass it on, and a CDN in front of this one may be what it targets.
+SURROGATE_FIELDS = frozenset(("surrogate-control", *TAG_FIELDS))
+NOT_TO_CLIENTS = NOT_DELIVERED | SURROGATE_FIELDS
+NOT_TO_CLIENTS_RANGED = NOT_DELIVERED_RANGED | SURROGATE_FIELDS
 ACCEPT_RANGES = ("Accept-Ranges", "bytes")
 # Whether a pull zone's answer goes out on the edges' default host (`/<zone>/...`: serve_pull's `prefix`), the
 # browser origin every zone and the API share, not on the zone's own host.
@@ -1237,7 +1249,7 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     client = web.StreamResponse(status=response.status, headers=client_headers(
         response.headers, CacheResult.MISS if why is None else CacheResult.PASS, fill_cache_status(fwd, why), age=None,
         shared_host=request.get(SHARED_HOST, True), cookie_host=request.get(COOKIE_HOST, ""),
-        ranges=why is None and response.status == 200))
+        ranges=why is None and response.status == 200, to_edge=from_edge(request)))
     if declared is not None:
         client.content_length = declared
     # A client gone before the head (an HTTP/2 stream reset, a closed connection) is sent nothing, but a kept answer
@@ -1665,7 +1677,8 @@ def origin_tags(headers: Headers) -> list[str]:
 
 
 def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: str, age: int | None, *,
-                   shared_host: bool, cookie_host: CookieHost, ranges: bool = False) -> CIMultiDict[str]:
+                   shared_host: bool, cookie_host: CookieHost, ranges: bool = False,
+                   to_edge: bool = False) -> CIMultiDict[str]:
     """A client's head from an origin's or stored one. On the default host (`shared_host`) an active type (HTML,
     SVG, script) gets the sandbox policy stored files get, beside any policy the origin sent: there the origin's
     page would otherwise run script as the origin every zone and the API share (read them, register a service
@@ -1682,8 +1695,15 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
     whose origins browsers then send it to. One copy serves every host of its zone, so this is judged for each
     answer's host, never when it is stored. `ranges`: the head of a stored 200's fill (a MISS), which says
     `Accept-Ranges: bytes` in place of the origin's, as its hits do (NOT_DELIVERED_RANGED): one more field in the
-    list the multidict is made of, no more work per answer."""
-    dropped = NOT_DELIVERED_RANGED if ranges else NOT_DELIVERED
+    list the multidict is made of, no more work per answer. The fields the origin meant for the CDN alone
+    (SURROGATE_FIELDS: Surrogate-Control, Cache-Tag, Surrogate-Key) are left out the same way, in the one pass that
+    makes the list, so a prepared hit's head lacks them at no cost per hit; `to_edge`: the answer to another edge's
+    shield request, which keeps them (that edge stores the answer as this one did, and leaves them out for its
+    clients in turn)."""
+    if to_edge:
+        dropped = NOT_DELIVERED_RANGED if ranges else NOT_DELIVERED
+    else:
+        dropped = NOT_TO_CLIENTS_RANGED if ranges else NOT_TO_CLIENTS
     fields = [field for field in head if field[0] not in dropped and field[0][:1] != ":"]
     date = first_value(head, "date")
     if date is not None:
@@ -1717,10 +1737,11 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     now = time.time()
     age = int(stored.freshness.age(now))
     # A stored 200's every answer (its 304, 206 and 416 too) says the Accept-Ranges its 200 says, not the origin's.
+    edge = from_edge(request)
     headers = client_headers(stored.headers, x_cache, cache_status, age, shared_host=request.get(SHARED_HOST, True),
-                             cookie_host=request.get(COOKIE_HOST, ""), ranges=stored.status == 200)
+                             cookie_host=request.get(COOKIE_HOST, ""), ranges=stored.status == 200, to_edge=edge)
     obj = stored.obj
-    if from_edge(request):
+    if edge:
         withheld = withheld_tags(stored)
         if withheld:  # under the field the head withholds, so that the asking edge withholds it from its clients too
             named = qualified_fields(response_directives(stored.headers)[0])
@@ -1728,7 +1749,7 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
                         " ".join(withheld))
     # The `_headers` rules the response hook gives this answer (assetcdn/edge/app.py; none to another edge's shield
     # request): a rule's ETag or Last-Modified is the one the client holds and sends back.
-    changes = NO_HEADER_CHANGES if from_edge(request) else request_header_changes(request)
+    changes = NO_HEADER_CHANGES if edge else request_header_changes(request)
     if not_modified(request, stored, changes):
         for name in ("Content-Type", "Content-Encoding", "Content-Range"):
             headers.popall(name, None)
@@ -1887,7 +1908,7 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
     count_lookup(request, CacheResult.PASS)
     answer = web.StreamResponse(status=response.status, headers=client_headers(
         response.headers, CacheResult.PASS, f"{CACHE_STATUS}; fwd={fwd}", age=None, shared_host=bool(prefix),
-        cookie_host=request.get(COOKIE_HOST, "")))
+        cookie_host=request.get(COOKIE_HOST, ""), to_edge=from_edge(request)))
     length = first_value(response.headers, "content-length")
     if length is not None and length.isdigit():
         answer.content_length = int(length)

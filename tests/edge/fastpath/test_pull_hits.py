@@ -728,6 +728,73 @@ async def test_an_origins_hsts_never_reaches_clients_on_the_default_host(
     assert {what: a.header("nel") for what, a in own_host.items()} == dict.fromkeys(own_host, reporting)
 
 
+# What an origin says to this CDN alone: its caching directives for surrogates and its purge tags.
+SURROGATE_FIELDS = ("surrogate-control", "cache-tag", "surrogate-key")
+
+
+async def test_the_fields_an_origin_meant_for_the_cdn_reach_no_client_on_any_path(
+        pulled: PullCdn, clock: Clock, secure: tuple[hit_server.HitServer, list[bytes]]) -> None:
+    """Surrogate-Control, Cache-Tag and Surrogate-Key are the origin's word to the CDN: its caching directives and
+    its purge tags, which often name its inner workings (a customer's id, a build). Every answer passed them on to
+    browsers: the hit path's fill and hits, the application's answers (from memory and from the disk tier, its 416)
+    and HTTP/2's. None of them carries them now, yet the edge still reads them: the copy is kept
+    for Surrogate-Control's max-age though Cache-Control says `no-store`, and a purge of either field's tag reaches
+    it. CDN-Cache-Control, which RFC 9213 lets a cache pass on, still goes out."""
+    server, from_fields = secure
+    name = "/surrogate.bin"
+    path = f"/{ZONE}{name}"
+    pulled.origin.answer(name, BODY, headers={
+        "Content-Type": "application/octet-stream", "ETag": '"sc"', "Cache-Control": "no-store",
+        "Surrogate-Control": "max-age=600", "Cache-Tag": "customer-4711, build-88",
+        "Surrogate-Key": "internal-key", "X-Kept": "kept"})
+    conn = await pulled.cdn.connect()
+    plain = await pulled.cdn.plain()
+    client = H2InProcess(server)
+    fill = await conn.request(path)
+    await wait_until(lambda: _stored(pulled, name), f"{name} stored")
+    clock.now = pulled.stored(name).freshness.response_time + 1
+    answers = {
+        "fill": fill, "hit": await conn.request(path), "304": await conn.request(path, **{"If-None-Match": '"sc"'}),
+        "206": await conn.request(path, Range="bytes=0-9"),
+        "application's": await plain.request(path, **{"Cache-Control": "max-age=60"}),
+        "application's 416": await plain.request(path, Range="bytes=9999999-"),
+        "HTTP/2 fill": await client.get(path, []),  # an https URL's answer is kept apart from plain HTTP's
+        "HTTP/2 hit": await client.get(path, []), "HTTP/2 304": await client.get(path, [("if-none-match", '"sc"')]),
+        "HTTP/2 206": await client.get(path, [("range", "bytes=0-9")])}
+    assert from_fields == [path.encode()] * 3
+    key = pull_key(ZONE, name, "")
+    pulled.cdn.node.cache.flush_writes()  # on disk: no longer held by the write-behind queue for its batch
+    assert pulled.cdn.node.cache.memory.discard(key)  # what an eviction does: the next answer is the disk tier's
+    answers["disk"] = await conn.request(path)
+    assert {what: (a.status, a.header("x-cache")) for what, a in answers.items()} == {
+        "fill": (200, "MISS"), "hit": (200, "HIT"), "304": (304, "HIT"), "206": (206, "HIT"),
+        "application's": (200, "HIT"), "application's 416": (416, "HIT"),
+        "HTTP/2 fill": (200, "MISS"), "HTTP/2 hit": (200, "HIT"), "HTTP/2 304": (304, "HIT"),
+        "HTTP/2 206": (206, "HIT"), "disk": (200, "HIT")}
+    assert {what: [field for field in SURROGATE_FIELDS if a.header(field) is not None]
+            for what, a in answers.items()} == dict.fromkeys(answers, [])
+    assert {what: a.header("x-kept") for what, a in answers.items()} == dict.fromkeys(answers, "kept")
+    asked = pulled.origin.count(name)
+    for tag in ("build-88", "internal-key"):  # the tags still reach the copy: each purge makes the next a MISS
+        resp = await pulled.cdn.control.post("/api/purge", json={"tags": [tag]}, headers=PURGE)
+        assert resp.status == 200, await resp.text()
+        missed = await conn.request(path)
+        assert (missed.header("x-cache"), missed.header("cache-tag")) == ("MISS", None), tag
+        await wait_until(lambda: _stored(pulled, name), f"{name} stored again")
+    assert pulled.origin.count(name) >= asked + 2
+
+
+async def test_cdn_cache_control_is_passed_on_to_clients(pulled: PullCdn, clock: Clock) -> None:
+    """RFC 9213 lets a cache pass CDN-Cache-Control on (a CDN in front of this one may be what it targets): unlike
+    Surrogate-Control, it goes out on the fill and the hits."""
+    conn = await pulled.warm("/cdn-cache-control.bin", **{"CDN-Cache-Control": "max-age=600",
+                                                          "Surrogate-Control": "max-age=60"})
+    clock.now = pulled.stored("/cdn-cache-control.bin").freshness.response_time + 1
+    hit = await conn.request(f"/{ZONE}/cdn-cache-control.bin")
+    assert (hit.header("X-Cache"), hit.header("CDN-Cache-Control"), hit.header("Surrogate-Control")) == (
+        "HIT", "max-age=600", None)
+
+
 def setting_cookies(*cookies: str) -> Handler:
     """An origin route: a kept answer (ETag "c") that sets `cookies`."""
     async def answer(_request: web.Request) -> web.StreamResponse:

@@ -300,6 +300,38 @@ async def test_an_edge_keeps_the_tags_a_shields_stored_copy_withholds_from_clien
         assert run.origin.count(name) == 2
 
 
+async def test_a_shield_names_the_fields_meant_for_the_cdn_to_the_edge_that_asks_it_never_to_clients(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """Surrogate-Control, Cache-Tag and Surrogate-Key are left out of what clients get, not of what a shield answers
+    another edge: A keeps B's answer as B kept the origin's, for Surrogate-Control's max-age (Cache-Control says
+    `no-store`) and with both fields' tags, which a purge then reaches at A too. No client of either edge sees them
+    (they went out to every client before)."""
+    fields = ("Surrogate-Control", "Cache-Tag", "Surrogate-Key")
+    async with fleet(tmp_path, aiohttp_client) as run:
+        name = run.shielded_by_b("surrogate")
+        head = {"Cache-Control": "no-store", "Surrogate-Control": "max-age=600", "Cache-Tag": "fleet-customer",
+                "Surrogate-Key": "fleet-build"}
+        run.origin.answer(name, b"version one", headers={**head, "ETag": '"1"'})
+        answers = [await run.get(run.b, name)]   # B's own fill
+        await run.holds(run.b, name, '"1"')
+        answers.append(await run.get(run.a, name))   # A's, answered from B's copy
+        await run.holds(run.a, name, '"1"')
+        answers.append(await run.get(run.a, name))
+        assert [answer[:3] for answer in answers] == [(200, "MISS", b"version one"), (200, "MISS", b"version one"),
+                                                      (200, "HIT", b"version one")]
+        assert answers[1][3].headers.getall("Cache-Status")[0].startswith("assetcdn-shield; hit")
+        assert [[field for field in fields if field in resp.headers] for *_, resp in answers] == [[], [], []]
+        assert run.origin.count(name) == 1
+        for version, tag in ((2, "fleet-build"), (3, "fleet-customer")):   # each field's tag reaches A's copy
+            run.origin.answer(name, f"version {version}".encode(), headers={**head, "ETag": f'"{version}"'})
+            await run.purge({"tags": [tag]})
+            status, x_cache, body, resp = await run.get(run.a, name)
+            assert (status, x_cache, body) == (200, "MISS", f"version {version}".encode()), tag
+            assert [field for field in fields if field in resp.headers] == []
+            await run.holds(run.a, name, f'"{version}"')
+        assert run.origin.count(name) == 3
+
+
 async def test_two_edges_each_taking_the_other_for_a_paths_shield_answer_their_misses_from_the_origin(
         aiohttp_client: Serve, tmp_path: Path) -> None:
     """A's `[origin] shield` is B and B's is A (a rollout of the setting half done; in the fleet's own choice, lists

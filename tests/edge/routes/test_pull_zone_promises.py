@@ -19,7 +19,7 @@ from multidict import CIMultiDict
 from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.pull import REQUEST_TIME, RESPONSE_TIME, STATUS, own_tags
 from tests.support.cdn import PURGE
-from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, add_pull_zone
+from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, add_pull_zone, wait_stale
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -107,6 +107,61 @@ async def test_surrogate_control_max_age_plus_seconds_serves_stale_that_long_whi
 
     await wait_until(stale, "the copy no longer fresh")
     assert seen[-1] == (200, b"first", "STALE")
+
+
+# What an origin says to this CDN alone: its caching directives for surrogates and its purge tags.
+SURROGATE_FIELDS = ("Surrogate-Control", "Cache-Tag", "Surrogate-Key")
+
+
+def surrogate_fields_shown(resp: Any) -> list[str]:
+    return [field for field in SURROGATE_FIELDS if field in resp.headers]
+
+
+async def test_the_fields_an_origin_meant_for_the_cdn_reach_no_client_of_the_application(pull: Pull) -> None:
+    """Surrogate-Control, Cache-Tag and Surrogate-Key are the origin's word to the CDN (its directives for
+    surrogates, its purge tags, which often name its inner workings) and went out to every client. None of the
+    application's answers carries them now: its fill (MISS), hits, 304s and ranges, a revalidation the origin
+    confirms with a 304 that carries them (REVALIDATED), a stale copy answering the origin's failure (STALE), and
+    answers passed on (PASS: a POST's, a GET's with If-Match). The edge still reads them: the copy is kept for
+    Surrogate-Control's lifetime though Cache-Control says `no-store`."""
+    fields = {"Cache-Control": "no-store", "Surrogate-Key": "build-88", "Cache-Tag": "customer-4711", "ETag": '"sc"'}
+    pull.origin.answer("/promise/surrogate-fields.txt", b"fields", headers={**fields, "Surrogate-Control": "max-age=600"})
+    name = "/promise/surrogate-fields.txt"
+    posted = await pull.cdn.edge.post(f"/{ZONE}{name}", data=b"posted")
+    await posted.read()
+    answers = {"MISS": await pull.get(name), "HIT": await pull.get(name),
+               "304": await pull.get(name, headers={"If-None-Match": '"sc"'}),
+               "206": await pull.get(name, headers={"Range": "bytes=0-1"}),
+               "PASS (POST)": posted,
+               "PASS (If-Match)": await pull.get(name, headers={"If-Match": '"sc"'})}
+    assert {what: (resp.status, resp.headers["X-Cache"]) for what, resp in answers.items()} == {
+        "MISS": (200, "MISS"), "HIT": (200, "HIT"), "304": (304, "HIT"), "206": (206, "HIT"),
+        "PASS (POST)": (200, "PASS"), "PASS (If-Match)": (200, "PASS")}
+    assert {what: surrogate_fields_shown(resp) for what, resp in answers.items()} == dict.fromkeys(answers, [])
+
+    asked: list[str] = []
+
+    async def confirms_then_fails(request: web.Request) -> web.StreamResponse:
+        asked.append(request.headers.get("If-None-Match", ""))
+        # fresh for 1 s, then usable stale for 600 s more while the origin fails (Edge Architecture 2.2.3)
+        head = {**fields, "Surrogate-Control": "max-age=1+600"}
+        if len(asked) == 1:
+            return web.Response(body=b"stale later", headers=head)
+        if len(asked) == 2:
+            return web.Response(status=304, headers=head)
+        return web.Response(status=503, body=b"down")
+
+    stale_name = "/promise/surrogate-stale.txt"
+    pull.origin.route(stale_name, confirms_then_fails)
+    later = {"MISS": await pull.get(stale_name)}
+    await wait_stale(pull.cdn.node, ZONE, stale_name)
+    later["REVALIDATED"] = await pull.get(stale_name)
+    await wait_stale(pull.cdn.node, ZONE, stale_name)
+    later["STALE"] = await pull.get(stale_name)
+    assert asked == ["", '"sc"', '"sc"']
+    assert {what: (resp.status, resp.headers["X-Cache"], await resp.read()) for what, resp in later.items()} == {
+        what: (200, what, b"stale later") for what in later}
+    assert {what: surrogate_fields_shown(resp) for what, resp in later.items()} == dict.fromkeys(later, [])
 
 
 async def test_heuristic_freshness_is_a_tenth_of_the_age_of_last_modified_and_at_most_a_day(pull: Pull) -> None:
