@@ -167,9 +167,10 @@ class PullSource:
 
     @property
     def shown_tags(self) -> tuple[str, ...]:
-        """The tags a variant's answer shows (its Cache-Tag): `tags` less those the source's head withholds."""
-        return (*origin_tags(self.stored.headers), *own_tags(self.at.zone, self.at.path),
-                pull_variants_tag(self.url_key))
+        """The tags a variant's answer shows (its Cache-Tag): the edge's own (its zone's), never the origin's, which
+        are the origin's word to the CDN (pull.SURROGATE_FIELDS: a delivery of the image leaves its Cache-Tag and
+        Surrogate-Key out too) and often name what is inside the origin; they still tag the variant (`tags`)."""
+        return (*own_tags(self.at.zone, self.at.path), pull_variants_tag(self.url_key))
 
     def client_max_age(self, now: float) -> int | None:
         """How long a client may keep a variant: what is left of the source's freshness here, and never more
