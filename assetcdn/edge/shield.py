@@ -128,6 +128,14 @@ def stale_at_shield(headers: list[tuple[str, str]]) -> bool:
     return "fwd" in parameters or (ttl.removeprefix("-").isdigit() and int(ttl) <= 0)
 
 
+def stored_by_shield(member: str) -> bool:
+    """Whether a shield's own Cache-Status `member` says it answered with what it fetched from the origin and stores
+    (`fwd`, `stored`: assetcdn/edge/states/pull.py `fill_cache_status`), not from its cache or another request's
+    fill (`hit`, `collapsed`)."""
+    parameters = {parameter.partition("=")[0].strip().lower() for parameter in member.split(";")[1:]}
+    return "stored" in parameters and "fwd" in parameters and "hit" not in parameters
+
+
 # The Cache-Status `detail` of a shield's answer that says its origin gave no answer (assetcdn/edge/states/pull.py
 # `origin_failed`), and whether it was for want of time.
 ORIGIN_FAILURES = {"origin-timeout": True, "origin-unreachable": False}
@@ -158,7 +166,8 @@ class Shields:
         self._member = member
         # The member names of this edge's other workers begin so (`edge-1/0`, `edge-1/1`): with `shield_siblings`
         # off none of them is a shield of this worker's fills (they share its disk tier, and their own purges).
-        self._siblings = None if section["shield_siblings"] else member.rpartition("/")[0] + "/"
+        self._sibling_prefix = member.rpartition("/")[0] + "/"
+        self._siblings = None if section["shield_siblings"] else self._sibling_prefix
         self._secret = secret
         self._origins = origins
         self._edges = edges
@@ -296,6 +305,12 @@ class Shields:
             if response.status != 304 or "If-None-Match" in headers or "If-Modified-Since" in headers:
                 response.body_failed = partial(self._mark_down, peer)  # a body it cuts short: passed over too
                 response.stale = stale_at_shield(response.headers)
+                # Another worker of this edge (the fleet's choice names it: a configured address is never taken for
+                # one) that stores its fill in the disk tier this worker reads: this worker's copy need not be
+                # written there a second time, nor its client wait for that write.
+                response.stored_by_sibling = (response.status == 200 and not response.stale
+                                              and peer.name.startswith(self._sibling_prefix)
+                                              and self._configured is None and stored_by_shield(member))
                 return response
             # A 304 to a request with no validators answers nothing this edge asked: a shield that is wrong.
             response.release()

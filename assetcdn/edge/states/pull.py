@@ -1432,7 +1432,10 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
             if vary and (url_entry := cache.put_behind(url_key, b"", "", "", marker_tags, marker,
                                                        writer=node.stores, since=since)) is not None:
                 pending.append(url_entry[1])
-            kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=node.stores, since=since)
+            # A sibling shield's fill (not a Vary'd one: its variant's key depends on each worker's own view of the
+            # URL's entry) is written to the shared disk tier by that sibling: kept in memory only here.
+            kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=node.stores, since=since,
+                                    stored_elsewhere=response.stored_by_sibling and not vary)
             if kept is not None:
                 for written in (*pending, kept[1]):
                     if written is not None:

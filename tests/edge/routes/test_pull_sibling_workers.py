@@ -165,6 +165,86 @@ async def test_a_shield_leaves_the_cookies_of_its_answer_to_the_asking_worker_to
     conn.close()
 
 
+class HeldWriter:
+    """The first worker's disk batches held back (never handed to its writer) until `release`: the fills that wait
+    for one show it (`held`). Held by the hand-over, not inside the writer thread, which the sibling's batches run in
+    too in this process."""
+
+    def __init__(self, cdn: HitCdn) -> None:
+        self.writes = cdn.node.cache._writes
+        self.submit = self.writes._submit
+        self.held = asyncio.Event()
+        self.writers: list[Any] = []
+        self.writes._submit = self.hold  # type: ignore[method-assign]
+
+    def hold(self, writer: Any) -> None:
+        self.writers.append(writer)
+        self.held.set()
+
+    def release(self) -> None:
+        self.writes._submit = self.submit  # type: ignore[method-assign]
+        for writer in self.writers:
+            self.submit(writer)
+
+
+@pytest.mark.parametrize("site", ["hit path", "application"])
+async def test_a_fill_through_the_sibling_shield_does_not_wait_for_this_workers_disk_write(
+        two_workers: tuple[HitCdn, ScriptedOrigin], site: str) -> None:
+    """A new URL whose shield is the sibling: the sibling fetches it and stores it in the disk tier the two share, so
+    the worker the client reached keeps the sibling's answer in memory only. Its client has the answer while that
+    worker's disk writer gets nothing (held back here: a fill that waited for its batch would never be answered);
+    that worker answers the next request from its copy, the sibling from its own, the origin asked once."""
+    cdn, origin = two_workers
+    name = siblings_path(cdn, f"through-sibling-{site.replace(' ', '-')}")
+    origin.answer(name, b"filled by the shield", headers={"Cache-Control": "max-age=600", "ETag": '"s"'})
+    here = await (cdn.connect() if site == "hit path" else cdn.plain())
+    there = await cdn.sibling()
+    writer = HeldWriter(cdn)
+    waiting = asyncio.create_task(writer.held.wait())
+    answering = asyncio.create_task(here.request(f"/{ZONE}{name}"))
+    try:
+        await asyncio.wait((answering, waiting), return_when=asyncio.FIRST_COMPLETED)
+        assert not writer.held.is_set(), "the fill waited for this worker's disk batch"
+        first = answering.result()
+        assert (first.status, first.header("X-Cache"), first.body) == (200, "MISS", b"filled by the shield")
+        assert first.headers.getall("Cache-Status")[0].startswith(SHIELD_CACHE)  # the sibling's fill
+        again = await here.request(f"/{ZONE}{name}")
+        assert (again.header("X-Cache"), again.body) == ("HIT", b"filled by the shield")
+        assert not writer.held.is_set()
+    finally:
+        waiting.cancel()
+        writer.release()
+        await asyncio.gather(answering, return_exceptions=True)
+    await on_disk(cdn, name, '"s"')  # the sibling's row
+    held = await there.request(f"/{ZONE}{name}")
+    assert (held.header("X-Cache"), held.body) == ("HIT", b"filled by the shield")
+    after = await here.request(f"/{ZONE}{name}")
+    assert (after.header("X-Cache"), after.body) == ("HIT", b"filled by the shield")
+    assert origin.count(name) == 1
+    here.close()
+    there.close()
+
+
+async def test_a_varied_fill_through_the_sibling_shield_is_written_by_this_worker_too(
+        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """A Vary'd answer through the sibling is stored by the worker the client reached as before (its variant's key
+    depends on that worker's own view of the URL), written to the disk tier before its client has it."""
+    cdn, origin = two_workers
+    name = siblings_path(cdn, "varied-through-sibling")
+    origin.answer(name, b"varied", headers={"Cache-Control": "max-age=600", "ETag": '"v"', "Vary": "Accept-Language"})
+    here = await cdn.plain()
+    writer = HeldWriter(cdn)
+    answering = asyncio.create_task(here.request(f"/{ZONE}{name}", Accept_Language="en"))
+    try:
+        await writer.held.wait()
+        assert not answering.done()
+    finally:
+        writer.release()
+    answer = await answering
+    assert (answer.status, answer.body) == (200, b"varied")
+    here.close()
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def unshielded(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
     """Two workers that each ask the origin themselves (`[origin] shield = "off"`): their fills of one URL run at once."""
