@@ -4,6 +4,7 @@ and the dashboard's own listener."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import sqlite3
@@ -71,6 +72,27 @@ def write_lock_held(path: Path) -> Iterator[sqlite3.Connection]:
     other = sqlite3.connect(path, isolation_level=None, timeout=10)
     try:
         other.execute("BEGIN IMMEDIATE")
+        yield other
+        other.execute("COMMIT")
+    finally:
+        other.close()
+
+
+@contextlib.asynccontextmanager
+async def write_lock_taken(path: Path) -> AsyncIterator[sqlite3.Connection]:
+    """`write_lock_held` for a test whose control app runs on the same event loop: the lock is asked for without
+    waiting in SQLite (which would block the loop, and with it a transaction of control's own that holds the
+    lock) and asked again after yielding to the loop, until it is free."""
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        while True:
+            try:
+                other.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as error:
+                if getattr(error, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
+                    raise
+            await asyncio.sleep(0.01)
         yield other
         other.execute("COMMIT")
     finally:

@@ -7,7 +7,9 @@ take turns (an asyncio lock), each `BEGIN IMMEDIATE` ... `COMMIT` with nothing b
 in between, rolled back on any exception or cancellation. So writers never contend for SQLite's lock
 (`busy_timeout` only covers another process, such as a backup), a transaction never sees a stale
 snapshot, and no failure leaves a transaction open for the next request. Reads use a second,
-read-only connection and are fetched whole, so no read holds a snapshot across an await.
+read-only connection and are fetched whole, so no read holds a snapshot across an await. A write
+that another process keeps out past the busy timeout is an `ApiError` 503 `DatabaseBusy`
+(`busy_error`, one WARNING line), never a 500.
 """
 
 from __future__ import annotations
@@ -75,7 +77,11 @@ CREATE TABLE IF NOT EXISTS blob_hashes (
 """
 
 
-def busy_error() -> ApiError:
+def busy_error(path: Path, busy_timeout_ms: int) -> ApiError:
+    """The answer when another process held the file's lock past the busy timeout, logged as one line (the
+    file's name and the bound: no statement, whose parameters may hold a client's data)."""
+    log.warning("%s: another process held the write lock past the busy timeout (%d ms); answering 503 "
+                "DatabaseBusy", path.name, busy_timeout_ms)
     return ApiError(503, "DatabaseBusy", "The database is busy (another process holds its write lock); "
                     "retry shortly.", headers={"Retry-After": "1"})
 
@@ -188,7 +194,7 @@ class Database:
             except sqlite3.OperationalError as error:
                 await self._end()
                 if _is_busy(error):
-                    raise busy_error() from error
+                    raise busy_error(self.path, self._busy_timeout_ms) from error
                 raise
             except BaseException:
                 await self._end()
@@ -203,7 +209,7 @@ class Database:
             except BaseException as error:
                 await self._end()
                 if isinstance(error, sqlite3.OperationalError) and _is_busy(error):
-                    raise busy_error() from error
+                    raise busy_error(self.path, self._busy_timeout_ms) from error
                 raise
 
     async def _end(self) -> None:
