@@ -11,6 +11,7 @@ Every mutation's webhook events go into the outbox in the transaction of its man
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,6 +33,8 @@ from assetcdn.shared.edge_rules import RULE_FILES
 from assetcdn.shared.generation_push import GenerationPush
 from assetcdn.shared.paths import cdn_path_of
 from assetcdn.shared.timestamps import utc_now_iso
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,13 @@ def purge_mode(command: Mapping[str, Any]) -> str:
     """How a purge command (assetcdn/control/routes/purge.py) selects: urls, tags, prefixes or everything."""
     return "everything" if command.get("everything") else next(m for m in ("urls", "tags", "prefixes")
                                                                 if m in command)
+
+
+@dataclass(frozen=True)
+class RecordedPurge:
+    """A purge whose generation is recorded (`Publisher.record_purge`): the purge is made, not yet pushed."""
+    generation: Generation
+    event: Callable[[int, dict[str, Any] | None], Event]  # its purge.completed event, given the edges' answers
 
 
 class Publisher:
@@ -209,8 +219,14 @@ class Publisher:
         return await self.push(generation)
 
     async def purge(self, command: dict[str, Any]) -> tuple[Generation, FanOut]:
-        """A purge generation and its push. Its purge.completed event is recorded with the generation and
-        held until the edges answered, then sent with their acknowledgements."""
+        """A purge generation and its push (`record_purge`, then `send_purge`)."""
+        recorded = await self.record_purge(command)
+        return recorded.generation, await self.send_purge(recorded)
+
+    async def record_purge(self, command: dict[str, Any]) -> RecordedPurge:
+        """Record a purge's generation with its purge.completed event, held until the edges answered. Once
+        this returns the purge is made: every edge applies it, pushed it or at its next catch-up; when it
+        raises, nothing was recorded."""
         mode = purge_mode(command)
         purged: Any = "everything" if mode == "everything" else command[mode]
         event_id, timestamp = str(uuid.uuid4()), utc_now_iso()
@@ -227,13 +243,25 @@ class Publisher:
             prepared = self.manifest.prepare_purge(command)
             # held until the edges answered; recorded with its generation
             generation = await self._record(prepared, [event(prepared.generation.generation, None)], held=True)
+        return RecordedPurge(generation, event)
+
+    async def send_purge(self, recorded: RecordedPurge) -> FanOut:
+        """Push a recorded purge and release its event with the edges' answers. Nothing but a cancellation
+        raises here: the purge is made, so a push that failed (a read of the edge config the database
+        refused) is answered as sent to none of the edges, each of which applies it when it catches up."""
+        generation = recorded.generation
         try:
             fan_out = await self.push(generation, kind="purge")
-        except BaseException:
-            await self.outbox.release(event(generation.generation, None))
+        except asyncio.CancelledError:
+            await self.outbox.release(recorded.event(generation.generation, None))
             raise
-        await self.outbox.release(event(generation.generation, purge_acknowledgements(fan_out)))
-        return generation, fan_out
+        except Exception as exc:
+            log.warning("purge generation %d is recorded but its push failed (%s); the edges apply it when they "
+                        "catch up", generation.generation, type(exc).__name__)
+            live = sorted(e.name for e in self.registry.live_edges())
+            fan_out = FanOut((), tuple(live), 0.0, quiet=tuple(sorted(set(self.registry.edges) - set(live))))
+        await self.outbox.release(recorded.event(generation.generation, purge_acknowledgements(fan_out)))
+        return fan_out
 
     async def catch_up_outbox(self) -> None:
         """At start: the events of commits a killed process left unrecorded (under the commit lock)."""

@@ -6,7 +6,9 @@
 A purge becomes a manifest generation, pushed to every edge; the response says which edges
 acknowledged it, how many entries they dropped and how long each edge worker took to acknowledge
 (`edges.latencyMs`). Errors use the legacy envelope. Purges per UTC day are limited (`[purge] daily_limit`,
-counted in the shared counter store; 429 with Retry-After past it); the list sizes are validation.
+counted in the shared counter store; 429 with Retry-After past it); the list sizes are validation. When another
+process holds control.sqlite3's lock past the busy timeout, the purge is not recorded and is 503 `Retry-After: 1`
+without using the quota; one recorded is answered and counted whatever happens after.
 """
 
 from __future__ import annotations
@@ -141,11 +143,15 @@ async def purge(request: web.Request) -> web.Response:
     if not quota.allowed:
         raise LegacyError(429, f"Rate limit exceeded: max {limit.limit} purges per day",
                           headers=quota.refusal_headers())
+    publisher = request.app[PUBLISHER]
     try:
-        generation, fan_out = await request.app[PUBLISHER].purge(command)
+        recorded = await publisher.record_purge(command)
     except BaseException:
         await counters.refund(quota)  # a purge that was not recorded does not use the day's quota
         raise
+    # Recorded, the purge is made (every edge applies it) and counted: nothing after this gives the quota back or
+    # fails the answer, so a client never retries a purge that was made thinking it was not.
+    generation, fan_out = recorded.generation, await publisher.send_purge(recorded)
     mode = purge_mode(command)
     purged: Any = "everything" if mode == "everything" else command[mode]
     soft = bool(command.get("soft"))

@@ -14,7 +14,10 @@ How "a commit happened => its events are recorded" holds across a kill -9:
 - A change that did not happen has no events: nothing is staged unless git made the commit.
 - Events without a commit (a purge, an upload identical to the stored file) are staged with their
   manifest generation, in the same transaction. A purge's event is held until the edges answered;
-  one still held when the process died is released at the next start without the answers.
+  one still held when the process died is released at the next start without the answers. A release the
+  database refused (another process held its lock past the busy timeout) is kept in memory and tried again
+  at each round of the delivery worker (``release_unreleased``): the purge was made, so its answer does not
+  wait for it.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ log = logging.getLogger(__name__)
 
 CURSOR = "commit"
 CATCH_UP_LIMIT = 10_000  # commits walked back from HEAD looking for the cursor
+# Releases the database refused, kept to try again; past this many the oldest stay held until the next start
+# (which releases them without the edges' answers) rather than growing memory while the database is refused.
+MAX_UNRELEASED = 1_000
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class Outbox:
         self.db = db
         self._listeners: list[Callable[[], None]] = []
         self._caught_up = False
+        self._unreleased: dict[str, Event] = {}  # event id -> its completed event, to release again
 
     async def open(self) -> None:
         """Create the outbox's tables (before the first mutation records events in them)."""
@@ -113,10 +120,32 @@ class Outbox:
             [(e.id, e.event, e.body(), now, "held" if held else "ready") for e in events])
 
     async def release(self, event: Event) -> None:
-        """A held event whose data is now complete becomes deliverable, with that data."""
+        """A held event whose data is now complete becomes deliverable, with that data: now, or when the
+        database refuses the write, at a later round of the delivery worker. It never raises for that: the
+        change the event tells of was made already."""
+        try:
+            await self._release(event)
+        except Exception as exc:
+            self._unreleased[event.id] = event
+            while len(self._unreleased) > MAX_UNRELEASED:
+                del self._unreleased[next(iter(self._unreleased))]
+            log.info("webhook outbox: event %s stays held until the database takes its release (%s)",
+                     event.id, type(exc).__name__)
+        self.notify()
+
+    async def release_unreleased(self) -> None:
+        """Release the events whose release the database refused, oldest first; those it refuses again wait
+        for the next call (each round of the delivery worker)."""
+        for event in list(self._unreleased.values()):
+            try:
+                await self._release(event)
+            except Exception:
+                return
+            self._unreleased.pop(event.id, None)
+
+    async def _release(self, event: Event) -> None:
         await self.db.write("UPDATE webhook_events SET body = ?, state = 'ready' WHERE id = ? AND state = 'held'",
                             (event.body(), event.id))
-        self.notify()
 
     async def catch_up(self, git: GitStore) -> None:
         """Once per process, under the commit lock, before its first commit: record the events of commits

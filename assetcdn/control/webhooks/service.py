@@ -42,11 +42,12 @@ async def webhooks_context(app: web.Application) -> AsyncIterator[None]:
     await store.load()
     resolver = app.get(WEBHOOK_RESOLVER) or SystemResolver()
     deliveries = WebhookDeliveries(app[DB])
+    publisher = app[PUBLISHER]
     worker = DeliveryWorker(deliveries, store, Sender(resolver, allow_loopback=settings.allow_loopback,
-                                                      timeout_s=settings.timeout_s), settings)
+                                                      timeout_s=settings.timeout_s), settings,
+                            release_held=publisher.outbox.release_unreleased)
     app[WEBHOOKS], app[WEBHOOK_DELIVERIES], app[WEBHOOK_WORKER] = store, deliveries, worker
     app[WEBHOOK_SETTINGS], app[WEBHOOK_RESOLVER] = settings, resolver
-    publisher = app[PUBLISHER]
     publisher.outbox.on_ready(worker.notify)
     await publisher.catch_up_outbox()
     worker.start()

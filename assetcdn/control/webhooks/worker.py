@@ -1,6 +1,7 @@
 """The delivery worker: a background task of the control plane that empties the outbox.
 
-Each round it fans new events out into deliveries (``WebhookDeliveries.dispatch``), then starts the due
+Each round it first releases the held events whose release the database refused (``Outbox.release``), then
+fans new events out into deliveries (``WebhookDeliveries.dispatch``), then starts the due
 deliveries of every webhook, at most ``concurrency_per_target`` in flight per webhook and
 ``concurrency_total`` in all, each webhook's due rows fetched apart (a webhook with a long backlog
 or a slow receiver holds only its own slots). It sleeps until the next retry is due or it is woken
@@ -17,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from yarl import URL
@@ -38,8 +39,10 @@ PRUNE_INTERVAL_S = 3600.0
 
 class DeliveryWorker:
     def __init__(self, deliveries: WebhookDeliveries, store: WebhookStore, sender: Sender, settings: WebhookSettings,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 release_held: Callable[[], Awaitable[None]] | None = None) -> None:
         self._deliveries = deliveries
+        self._release_held = release_held
         self._store = store
         self._sender = sender
         self._settings = settings
@@ -84,6 +87,8 @@ class DeliveryWorker:
         while True:
             self._wake.clear()
             try:
+                if self._release_held is not None:
+                    await self._release_held()
                 hooks = self._store.all()
                 await self._deliveries.dispatch(hooks)
                 if self._clock() - last_prune > PRUNE_INTERVAL_S:

@@ -4,16 +4,23 @@ that were made (docs/api-guide.md, POST /api/purge)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
-from assetcdn.control.storage.service import MANIFEST
+from assetcdn.control.publishing.edge_registry import FanOut
+from assetcdn.control.publishing.service import PUBLISHER
+from assetcdn.control.storage.manifest_store import Generation
+from assetcdn.control.storage.service import DB, MANIFEST
 from assetcdn.shared.config import load_settings
 from tests.support.control import NO_MODEL, SECRETS, write_lock_taken
+from tests.support.wait import wait_until
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 BUSY_TIMEOUT_MS = 200
@@ -24,6 +31,16 @@ async def control(aiohttp_client, data_dir: Path) -> TestClient:  # type: ignore
     settings = load_settings(environ={**NO_MODEL, "ASSETCDN_PURGE_DAILY_LIMIT": "2",
                                       "ASSETCDN_CONTROL_SQLITE_BUSY_TIMEOUT_MS": str(BUSY_TIMEOUT_MS)})
     return await aiohttp_client(create_app(settings, SECRETS, data_dir))
+
+
+async def purge_event(control: TestClient, generation: int) -> tuple[str, dict[str, Any]] | None:
+    """The state and body of the purge.completed event of `generation`, if it is recorded."""
+    for state, body in await control.app[DB].fetch(
+            "SELECT state, body FROM webhook_events WHERE event = 'purge.completed'"):
+        data = orjson.loads(body)["data"]
+        if data["generation"] == generation:
+            return str(state), data
+    return None
 
 
 async def test_a_purge_whose_lock_is_held_past_the_bound_is_a_503_that_uses_no_quota(
@@ -47,3 +64,43 @@ async def test_a_purge_whose_lock_is_held_past_the_bound_is_a_503_that_uses_no_q
         resp = await control.post("/api/purge", json={"tags": ["project-a"]}, headers=PURGE)
         assert resp.status == 200, await resp.text()
         assert (await resp.json())["remaining_today"] == remaining
+
+
+async def test_a_purge_made_before_another_process_took_the_lock_is_answered_and_counted(
+        control: TestClient, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The purge's generation is recorded (the edges apply it, at once or when they catch up), then a backup takes
+    the lock while the edges answer, so its purge.completed event cannot be completed with their answers yet. It
+    was a 503 (a 500 before control's writes got one writer) that gave the purge back to the day's quota: the CI
+    bot purged again, and its purge had been made."""
+    publisher = control.app[PUBLISHER]
+    send = publisher.push
+    held = contextlib.AsyncExitStack()
+
+    async def push_then_lock(generation: Generation, kind: str = "push") -> FanOut:
+        fan_out = await send(generation, kind)
+        await held.enter_async_context(write_lock_taken(data_dir / "control.sqlite3"))
+        return fan_out
+
+    monkeypatch.setattr(publisher, "push", push_then_lock)
+    async with held:
+        resp = await control.post("/api/purge", json={"tags": ["project-a"]}, headers=PURGE)
+        body = await resp.json()
+        assert resp.status == 200, body
+        assert body["remaining_today"] == 1
+        generation = body["generation"]
+        assert generation == control.app[MANIFEST].generation
+    monkeypatch.undo()
+
+    async def released() -> bool:
+        event = await purge_event(control, generation)
+        return event is not None and event[0] == "ready"
+
+    # Once the lock is free its event goes out, with the edges' answers (none here: no edge is registered).
+    await wait_until(released, "the held purge.completed event released")
+    event = await purge_event(control, generation)
+    assert event is not None and event[1]["edges"] == {"total": 0, "acknowledged": [], "pending": [],
+                                                       "elapsedMs": 0.0, "entriesRemoved": {}}
+    resp = await control.post("/api/purge", json={"tags": ["project-a"]}, headers=PURGE)
+    assert resp.status == 200 and (await resp.json())["remaining_today"] == 0
+    resp = await control.post("/api/purge", json={"tags": ["project-a"]}, headers=PURGE)
+    assert resp.status == 429
