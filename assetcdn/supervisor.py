@@ -94,13 +94,15 @@ class _StopRequest:
 
 OURS, OTHER, DOWN = "ours", "other", "down"
 
-# What moves each kind of port `up` listens on: its flag, and its setting (section, key), which the environment
-# variable ASSETCDN_<SECTION>_<KEY> also sets. Edge i listens on the edge (and https) port + i.
-PORT_CHOICES = {
+# What moves each kind of port `up` listens on: its flag (the cluster port has none), and its setting (section, key),
+# which the environment variable ASSETCDN_<SECTION>_<KEY> also sets. Edge i listens on the edge (and https) port + i;
+# with a fixed cluster port, its worker w on that port + i x workers + w (`_cluster_ports`).
+PORT_CHOICES: dict[str, tuple[str | None, str, str]] = {
     "control": ("--control-port", "server", "control_port"),
     "dashboard": ("--dashboard-port", "server", "dashboard_port"),
     "edge": ("--edge-port", "server", "edge_port"),
     "https": ("--https-port", "tls", "https_port"),
+    "cluster": (None, "edge", "cluster_port"),
 }
 
 
@@ -114,7 +116,7 @@ class Listener:
 
     def how_to_move(self) -> str:
         flag, section, key = PORT_CHOICES[self.kind]
-        return f"{flag} or ASSETCDN_{section.upper()}_{key.upper()} ([{section}] {key})"
+        return f"{flag + ' or ' if flag else ''}ASSETCDN_{section.upper()}_{key.upper()} ([{section}] {key})"
 
     def taken(self, host: str) -> str:
         return (f"{self.label} port {self.port} on {host} is already in use; "
@@ -122,13 +124,15 @@ class Listener:
 
 
 def _listeners(edge_port: int, control_port: int, dashboard_port: int, https_port: int,
-               edges: int) -> list[list[Listener]]:
+               edges: int, cluster_port: int = 0, workers: int = 1) -> list[list[Listener]]:
     """The ports of each child, in the order the children start: control (its API and the dashboard), then
-    edge i (its plain port and, with https, its https port)."""
+    edge i (its plain port, with https its https port, and with a fixed `cluster_port` each worker's cluster port)."""
     children = [[Listener("control", control_port, "control"), Listener("dashboard", dashboard_port, "dashboard")]]
     for i in range(edges):
         children.append([Listener(f"edge-{i}", edge_port + i, "edge"),
-                         *([Listener(f"edge-{i} https", https_port + i, "https")] if https_port else [])])
+                         *([Listener(f"edge-{i} https", https_port + i, "https")] if https_port else []),
+                         *(Listener(f"edge-{i}/{w} cluster", cluster_port + i * workers + w, "cluster")
+                           for w in range(workers) if cluster_port)])
     return children
 
 
@@ -156,6 +160,14 @@ def _exit_reason(label: str, status: int, host: str, ports: list[Listener]) -> s
     return f"{label} cannot listen on its {named} (see its message above): another program held it"
 
 
+def _check_children(processes: list[subprocess.Popen[bytes]], labels: list[str], listeners: list[list[Listener]],
+                    host: str) -> None:
+    """StartupFailed saying why, when a child has ended while `up` waits for it."""
+    for process, label, ports in zip(processes, labels, listeners, strict=False):
+        if process.poll() is not None:
+            raise StartupFailed(_exit_reason(label, process.returncode, host, ports))
+
+
 def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], labels: list[str],
                   listeners: list[list[Listener]], host: str, run_id: str, stop: _StopRequest,
                   timeout_s: float) -> bool:
@@ -163,9 +175,7 @@ def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], lab
     deadline = time.monotonic() + timeout_s
     pending = list(urls)
     while pending and not stop.requested:
-        for process, label, ports in zip(processes, labels, listeners, strict=False):
-            if process.poll() is not None:
-                raise StartupFailed(_exit_reason(label, process.returncode, host, ports))
+        _check_children(processes, labels, listeners, host)
         waiting = []
         for url in pending:
             state = _probe(url, run_id)
@@ -326,11 +336,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     dashboard_port = args.dashboard_port or settings.get("server", "dashboard_port")
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     https_port = args.https_port if args.https_port is not None else int(settings.get("tls", "https_port"))
-    listeners = _listeners(edge_port, control_port, dashboard_port, https_port, args.edges)
+    listeners = _listeners(edge_port, control_port, dashboard_port, https_port, args.edges,
+                           int(settings.get("edge", "cluster_port")), args.workers)
     every_port = [port.port for ports in listeners for port in ports]
     if len(set(every_port)) < len(every_port):
-        say("assetcdn up: control, dashboard, edge and https ports must all differ: choose them with "
-             "--control-port, --dashboard-port, --edge-port and --https-port", error=True)
+        say("assetcdn up: control, dashboard, edge, https and cluster ports must all differ: choose them with "
+             "--control-port, --dashboard-port, --edge-port, --https-port and ASSETCDN_EDGE_CLUSTER_PORT", error=True)
         return 1
     if args.check_ports:  # before a long setup (`make run`): nothing is written, nothing started
         return 1 if _ports_taken(host, listeners) else 0

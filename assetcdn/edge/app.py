@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,7 @@ from assetcdn.shared.metrics import (
 )
 from assetcdn.shared.middleware import install_envelopes, no_such_method
 from assetcdn.shared.openapi import api_docs, openapi_document
+from assetcdn.shared.process import CannotListen
 from assetcdn.shared.request_body import body_deadline_middleware
 from assetcdn.shared.secrets import Secrets
 from assetcdn.shared.tls_state import TLS_STATE_PATH
@@ -257,9 +259,16 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         opened.push_async_callback(app[PROXY_SESSION].close)
         opened.push_async_callback(cluster_runner.cleanup)
         cluster_port, advertised = int(edge["cluster_port"]), int(edge["cluster_advertise_port"])
-        site = web.TCPSite(cluster_runner, identity.advertise_host,
-                           cluster_port + identity.worker if cluster_port else 0)
-        await site.start()
+        own_port = cluster_port + identity.worker if cluster_port else 0
+        site = web.TCPSite(cluster_runner, identity.advertise_host, own_port)
+        try:
+            await site.start()
+        except OSError as exc:  # a fixed port another program holds: named with what moves it, not a traceback
+            address = host_url(identity.advertise_host, own_port).removeprefix("http://")
+            moved = ("choose another with ASSETCDN_EDGE_CLUSTER_PORT ([edge] cluster_port)" if cluster_port else
+                     "any free port was asked for")
+            raise CannotListen(f"cannot listen on {address}, worker {identity.worker}'s cluster port: "
+                               f"{os.strerror(exc.errno) if exc.errno else exc}; {moved}") from None
         port = advertised + identity.worker if advertised else cluster_runner.addresses[0][1]
         opened.push_async_callback(node.stop)
         # An IPv6 address in brackets (`host_url`): `http://::1:9788` is no URL control or a peer could use.

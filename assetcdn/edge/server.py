@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, stop)
     # A worker that dies (the OOM killer, a crash) is started again, the others serving meanwhile; not one that
     # stopped by itself or cannot start (its port, a setting: the log says why), and not in a crash loop, which
-    # stops the edge (exit 1) for whatever runs it (`assetcdn up`) to see.
+    # stops the edge (exit 1) for whatever runs it (`assetcdn up`) to see. One that cannot listen stops the edge too
+    # (EXIT_CANNOT_LISTEN): `up` names the port.
     # Every worker's end is looked at once (`seen`), however soon it came: one started again that dies before the
     # next look was never in a list of the living, and was left dead (with every worker so, the edge exited 0).
     restarts: list[float] = []
@@ -267,6 +268,13 @@ def main(argv: list[str] | None = None) -> None:
             seen.add(process)
             forget_live_gauges(metrics_dir, process.pid)
             code = process.exitcode
+            if code == EXIT_CANNOT_LISTEN and not stopping:
+                # Its port is another program's (its message above names it): the edge cannot serve as configured, and
+                # its other workers serving alone would hide that (`assetcdn up` reported the edge ready).
+                configure_logging(args.name)
+                logging.getLogger("edge").error("worker %d cannot listen: stopping the edge", index)
+                stop(signal.SIGTERM, None)
+                continue
             if stopping or code in WORKER_ENDED:
                 continue
             now = time.monotonic()

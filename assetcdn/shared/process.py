@@ -5,8 +5,8 @@
   (in-flight requests get `HANDLER_GRACE_S`, or the `shutdown_timeout` the caller gives: `[server]
   shutdown_grace_s`, then every resource the app opened is closed), later signals never interrupt that
   stop, and a process that still has not exited `EXIT_DEADLINE_S` after it began to stop dumps its
-  threads' stacks and exits anyway. A port that cannot be bound
-  ends the process at once with `EXIT_CANNOT_LISTEN` and a message that names the address.
+  threads' stacks and exits anyway. A port that cannot be bound (the application's own too, one it opens as it
+  starts: `CannotListen`) ends the process at once with `EXIT_CANNOT_LISTEN` and a message that names the address.
 - `port_in_use` tells, before anything starts, whether a port a process is about to listen on is
   already taken by another program (a listener that shares ports with SO_REUSEPORT included).
 - A process started by `assetcdn up` answers `/api/health` with the run's id in `RUN_ID_HEADER` when
@@ -99,6 +99,12 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+class CannotListen(Exception):
+    """An application's own listener, opened as it starts (the edge's cluster site), cannot bind: `serve` logs the
+    message, one line that names the address and what moves it, and ends the process with EXIT_CANNOT_LISTEN
+    (restarting cannot help), not with a traceback."""
+
+
 class _ExitDeadline:
     """Once armed, ends the process after `seconds` if it has not exited by itself (a daemon timer, so
     it also covers the interpreter waiting on a leftover thread at exit)."""
@@ -157,7 +163,11 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
                                   **runner_options}
     runner = web.AppRunner(app, handle_signals=False, **options)  # type: ignore[arg-type]
     try:
-        await runner.setup()
+        try:
+            await runner.setup()
+        except CannotListen as exc:
+            log.error("%s", exc)
+            return EXIT_CANNOT_LISTEN
         sites = [(f"{host}:{port}", (site_factory or web.TCPSite)(runner, host, port, reuse_port=reuse_port)),
                  *((f"{host}:{more}", web.TCPSite(runner, host, more, reuse_port=reuse_port)) for more in more_ports)]
         for make in more_sites:
