@@ -4,8 +4,8 @@ Each process is started as a child (`python -m assetcdn.control`, `python -m ass
 never imports them, so the edge and control stay separable onto other hosts. It checks the ports first
 (naming each taken one with its flag and setting), locks the data directory, waits for every child's
 health (asked with this run's id, so another install answering on the same port is not mistaken for
-ours), restarts a child that crashes (giving up on a crash loop, or at once when a child cannot listen),
-and stops them all on a signal.
+ours) and for control to have every worker of every edge registered and caught up, restarts a child that
+crashes (giving up on a crash loop, or at once when a child cannot listen), and stops them all on a signal.
 """
 
 from __future__ import annotations
@@ -190,6 +190,50 @@ def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], lab
         if pending:
             stop.wait(0.2)
     return not stop.requested
+
+
+def _caught_up_workers(control_url: str, run_id: str, metrics_key: str) -> set[str]:
+    """The edge workers (`edge-i/w`) this run's control has registered and heard at its own generation: each one
+    control pushes changes and purges to, and that holds every file control has. Empty while control does not say."""
+    request = urllib.request.Request(control_url + "/api/health?deep=1",
+                                     headers={RUN_ID_HEADER: run_id, "Authorization": f"Bearer {metrics_key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:  # noqa: S310 (loopback/operator URL)
+            body, ours = resp.read(), resp.headers.get(RUN_ID_HEADER) == run_id
+    except urllib.error.HTTPError as exc:
+        body, ours = exc.read(), exc.headers.get(RUN_ID_HEADER) == run_id  # degraded (503) still lists them
+    except (urllib.error.URLError, OSError):
+        return set()
+    if not ours:
+        return set()
+    try:
+        edges = json.loads(body).get("edges") or []
+        return {str(edge["name"]) for edge in edges
+                if edge.get("alive") and edge.get("generationsBehind") == 0}
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return set()
+
+
+def _wait_workers_caught_up(control_url: str, run_id: str, metrics_key: str, workers: set[str],
+                            processes: list[subprocess.Popen[bytes]], labels: list[str],
+                            listeners: list[list[Listener]], host: str, stop: _StopRequest, timeout_s: float) -> bool:
+    """Wait until control has every worker of every edge registered and caught up, not only the one an edge's health
+    probe reached: another worker still starting (on a loaded machine, for seconds) is not pushed purges and does not
+    count in their answers meanwhile. It is counted only once it reports control's generation, so it holds every file
+    control has (a worker listens for clients after its first catch-up, assetcdn/edge/node.py `start`, or after
+    `edge.control_probe_timeout_s` without one): none answers 503 EdgeNotReady for one of them once this returns.
+    False if a stop was requested."""
+    deadline = time.monotonic() + timeout_s
+    while not stop.requested:
+        _check_children(processes, labels, listeners, host)
+        missing = workers - _caught_up_workers(control_url, run_id, metrics_key)
+        if not missing:
+            return True
+        if time.monotonic() > deadline:
+            raise StartupFailed(f"not every edge worker registered with control and caught up within "
+                                f"{timeout_s:.0f}s: {', '.join(sorted(missing))}")
+        stop.wait(0.2)
+    return False
 
 
 def _chat_ready(control_url: str, run_id: str) -> bool:
@@ -385,6 +429,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         commands[0] = [a for a in commands[0] if a != "--demo"]  # a restarted control must not re-seed
         processes.extend(_spawn(command, edge_env) for command, edge_env in zip(commands[1:], envs[1:], strict=True))
         if not _wait_healthy(edge_urls, processes, labels, listeners, host, run_id, stop, HEALTH_TIMEOUT_S):
+            return 0
+        workers = {f"edge-{i}/{w}" for i in range(args.edges) for w in range(args.workers)}
+        if not _wait_workers_caught_up(control_url, run_id, secrets.metrics_key, workers, processes, labels, listeners,
+                                       host, stop, HEALTH_TIMEOUT_S):
             return 0
         _wait_chat_ready(control_url, run_id, stop, HEALTH_TIMEOUT_S)
         if stop.requested:

@@ -341,8 +341,9 @@ def worker_health(edge_url: str) -> tuple[int, str]:
 
 def wait_every_worker_ready(edge_url: str, workers: int, timeout_s: float = READY_TIMEOUT_S) -> set[str]:
     """Until each of the `workers` processes sharing `edge_url`'s port (SO_REUSEPORT hands each new connection to
-    one of them) has answered its health 200; returns their names. `up` waits for the one its probe reached: another
-    may still be catching up with control, and answers 503 meanwhile."""
+    one of them) has answered its health 200; returns their names. `up` waits until control has each one registered
+    and caught up, and a worker listens only after that, but the kernel hands connections only to those listening:
+    a test that means to reach each worker waits for all of them here."""
     ready: set[str] = set()
     deadline = time.monotonic() + timeout_s
     while len(ready) < workers:
