@@ -131,9 +131,13 @@ def stale_at_shield(headers: list[tuple[str, str]]) -> bool:
 def stored_by_shield(member: str) -> bool:
     """Whether a shield's own Cache-Status `member` says it answered with what it fetched from the origin and stores
     (`fwd`, `stored`: assetcdn/edge/states/pull.py `fill_cache_status`), not from its cache or another request's
-    fill (`hit`, `collapsed`)."""
-    parameters = {parameter.partition("=")[0].strip().lower() for parameter in member.split(";")[1:]}
-    return "stored" in parameters and "fwd" in parameters and "hit" not in parameters
+    fill (`hit`, `collapsed`), for a URL it found no copy of (`fwd=uri-miss`): the disk tier then holds no older
+    response under the key. One fetched again (`fwd=request`: a client's no-cache, a browser's reload; `fwd=stale`)
+    replaces a row there, which the asking worker would read back, and serve, were its copy evicted before the
+    shield's batch lands (a busy disk writer) or that batch lost (the shield worker killed before it)."""
+    parameters = {name.strip().lower(): value.strip() for name, _, value in
+                  (parameter.partition("=") for parameter in member.split(";")[1:])}
+    return "stored" in parameters and parameters.get("fwd") == "uri-miss" and "hit" not in parameters
 
 
 # The Cache-Status `detail` of a shield's answer that says its origin gave no answer (assetcdn/edge/states/pull.py

@@ -166,12 +166,13 @@ async def test_a_shield_leaves_the_cookies_of_its_answer_to_the_asking_worker_to
 
 
 class HeldWriter:
-    """The first worker's disk batches held back (never handed to its writer) until `release`: the fills that wait
-    for one show it (`held`). Held by the hand-over, not inside the writer thread, which the sibling's batches run in
-    too in this process."""
+    """The first worker's disk batches (the sibling's, given `sibling`) held back (never handed to its writer) until
+    `release`: the fills that wait for one show it (`held`). Held by the hand-over, not inside the writer thread,
+    which the other worker's batches run in too in this process."""
 
-    def __init__(self, cdn: HitCdn) -> None:
-        self.writes = cdn.node.cache._writes
+    def __init__(self, cdn: HitCdn, sibling: int | None = None) -> None:
+        node = cdn.node if sibling is None else cdn.siblings[sibling][NODE]
+        self.writes = node.cache._writes
         self.submit = self.writes._submit
         self.held = asyncio.Event()
         self.writers: list[Any] = []
@@ -242,6 +243,44 @@ async def test_a_varied_fill_through_the_sibling_shield_is_written_by_this_worke
         writer.release()
     answer = await answering
     assert (answer.status, answer.body) == (200, b"varied")
+    here.close()
+
+
+async def test_a_fill_the_sibling_shield_fetched_again_is_written_by_this_worker_too(
+        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """A browser's reload (`no-cache`) through the first worker fetches version two through the sibling, the path's
+    shield, while the disk tier the two share holds version one, fresh. Were that worker to keep version two in memory
+    only, counting on the sibling's batch, a sibling killed before that batch (held back here, never written) would
+    leave version one on disk: once the first worker's copy went (evicted), its clients, who had version two, got
+    version one again, as a hit, until it expired. The first worker writes version two itself then, as it did before
+    it left new URLs' rows to the sibling."""
+    cdn, origin = two_workers
+    name = siblings_path(cdn, "reloaded-through-sibling")
+    origin.answer(name, b"version one", headers={"Cache-Control": "max-age=600", "ETag": '"1"'})
+    here = await cdn.plain()
+    first = await here.request(f"/{ZONE}{name}")
+    assert (first.header("X-Cache"), first.body) == ("MISS", b"version one")
+    await on_disk(cdn, name, '"1"')
+    origin.answer(name, b"version two", headers={"Cache-Control": "max-age=600", "ETag": '"2"'})
+    sibling = HeldWriter(cdn, sibling=0)
+    try:
+        reloaded = await here.request(f"/{ZONE}{name}", Cache_Control="no-cache")
+        assert (reloaded.header("X-Cache"), reloaded.body) == ("MISS", b"version two")
+        assert reloaded.headers.getall("Cache-Status")[0].startswith(f"{SHIELD_CACHE}; fwd=request; stored")
+        key = pull_key(ZONE, name, "")
+        memory = cdn.node.cache.memory
+
+        async def unqueued() -> bool:
+            return not memory.awaits_writer(key)
+
+        # Evicted: an entry no longer waiting for this worker's writer goes (one waiting would wait as a victim).
+        await wait_until(unqueued, "this worker's writes of the URL done")
+        assert memory.discard(key)
+        after = await here.request(f"/{ZONE}{name}")
+        assert (after.header("X-Cache"), after.body) == ("HIT", b"version two")
+    finally:
+        sibling.release()
+    assert origin.count(name) == 2
     here.close()
 
 
