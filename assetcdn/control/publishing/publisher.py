@@ -110,6 +110,11 @@ def purge_mode(command: Mapping[str, Any]) -> str:
                                                                 if m in command)
 
 
+class PurgeMadeCancelled(asyncio.CancelledError):
+    """`Publisher.record_purge` cancelled (control stopping past its grace) after its generation was recorded all
+    the same (ManifestStore.record ends its write): still a cancellation, and a purge made."""
+
+
 @dataclass(frozen=True)
 class RecordedPurge:
     """A purge whose generation is recorded (`Publisher.record_purge`): the purge is made, not yet pushed."""
@@ -226,7 +231,7 @@ class Publisher:
     async def record_purge(self, command: dict[str, Any]) -> RecordedPurge:
         """Record a purge's generation with its purge.completed event, held until the edges answered. Once
         this returns the purge is made: every edge applies it, pushed it or at its next catch-up; when it
-        raises, nothing was recorded."""
+        raises, nothing was recorded, but for PurgeMadeCancelled (cancelled once the generation was recorded)."""
         mode = purge_mode(command)
         purged: Any = "everything" if mode == "everything" else command[mode]
         event_id, timestamp = str(uuid.uuid4()), utc_now_iso()
@@ -241,8 +246,17 @@ class Publisher:
         async with self._lock:
             await self.outbox.catch_up(self.git)
             prepared = self.manifest.prepare_purge(command)
-            # held until the edges answered; recorded with its generation
-            generation = await self._record(prepared, [event(prepared.generation.generation, None)], held=True)
+            number = prepared.generation.generation
+            try:
+                # held until the edges answered; recorded with its generation
+                generation = await self._record(prepared, [event(number, None)], held=True)
+            except asyncio.CancelledError:
+                if self.manifest.generation != number:  # not recorded (under the lock: no other generation is)
+                    raise
+                # Made, and never pushed from here (the edges apply it when they catch up): its event goes out
+                # now, without their answers, as send_purge's does when cancelled, not at control's next start.
+                await self.outbox.release(event(number, None))
+                raise PurgeMadeCancelled() from None
         return RecordedPurge(generation, event)
 
     async def send_purge(self, recorded: RecordedPurge) -> FanOut:

@@ -21,7 +21,11 @@ import orjson
 from aiohttp import web
 
 from assetcdn.control.app_keys import COUNTERS, SETTINGS
-from assetcdn.control.publishing.publisher import purge_acknowledgements, purge_mode
+from assetcdn.control.publishing.publisher import (
+    PurgeMadeCancelled,
+    purge_acknowledgements,
+    purge_mode,
+)
 from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.records.recording import AUDIT_META
 from assetcdn.control.request_body import read_body
@@ -146,6 +150,8 @@ async def purge(request: web.Request) -> web.Response:
     publisher = request.app[PUBLISHER]
     try:
         recorded = await publisher.record_purge(command)
+    except PurgeMadeCancelled:  # control stopping: the purge was recorded all the same, so made, and counted
+        raise
     except BaseException:
         await counters.refund(quota)  # a purge that was not recorded does not use the day's quota
         raise

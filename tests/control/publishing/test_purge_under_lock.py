@@ -133,3 +133,50 @@ async def test_a_purge_made_while_the_counter_store_is_locked_past_its_bound_is_
         assert resp.status == 200, body
         assert body["remaining_today"] == 1
         assert body["generation"] == control.app[MANIFEST].generation
+
+
+async def test_a_purge_recorded_as_control_stops_stays_counted_and_its_event_goes_out(
+        aiohttp_client, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Control stopping past its grace cancels a purge that waits for the lock another process holds; the lock is
+    freed within the bound and the purge's generation is recorded all the same (ManifestStore.record ends its
+    write): the purge is made, every edge applies it. It was given back to the day's quota, so the day counted one
+    purge less than were made, and its purge.completed event stayed held until control's next start."""
+    settings = load_settings(environ={**NO_MODEL, "ASSETCDN_PURGE_DAILY_LIMIT": "2"})
+    control = await aiohttp_client(create_app(settings, SECRETS, data_dir))
+    manifest = control.app[MANIFEST]
+    before, record = manifest.generation, manifest.record
+    handlers: list[asyncio.Task[Any]] = []
+    recording = asyncio.Event()
+
+    async def recorded_by(prepared: Any, also: Any = None) -> Generation:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.append(task)  # the request's handler, which aiohttp cancels when it stops past its grace
+        recording.set()
+        return await record(prepared, also)
+
+    monkeypatch.setattr(manifest, "record", recorded_by)
+    async with write_lock_taken(data_dir / "control.sqlite3"):
+        purging = asyncio.create_task(control.post("/api/purge", json={"tags": ["project-a"]}, headers=PURGE))
+        await asyncio.wait_for(recording.wait(), 10)
+        handlers[0].cancel()
+        await asyncio.sleep(0.1)  # (the other process lets the lock go within the bound: the write goes on)
+    with contextlib.suppress(Exception):  # the stopping control's answer, if any
+        (await purging).release()
+    monkeypatch.undo()
+
+    async def recorded() -> bool:
+        return manifest.generation == before + 1
+
+    await wait_until(recorded, "the cancelled purge's generation recorded")
+
+    async def released() -> bool:
+        event = await purge_event(control, before + 1)
+        return event is not None and event[0] == "ready"
+
+    await wait_until(released, "the purge.completed event of the purge made released")
+    # The purge made is one of the day's two.
+    resp = await control.post("/api/purge", json={"tags": ["project-a"]}, headers=PURGE)
+    assert resp.status == 200 and (await resp.json())["remaining_today"] == 0
+    resp = await control.post("/api/purge", json={"tags": ["project-a"]}, headers=PURGE)
+    assert resp.status == 429
