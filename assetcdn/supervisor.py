@@ -136,12 +136,25 @@ def _listeners(edge_port: int, control_port: int, dashboard_port: int, https_por
     return children
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed (urllib's own would send every header, the metrics key's too, to where it points):
+    it stays the HTTPError it is, which says the answer is not the health asked for."""
+
+    def redirect_request(self, *_: object) -> None:
+        return None
+
+
+# `up` asks only the children it started, on the addresses it started them on: never through a proxy named in the
+# environment (`http_proxy`, which would be handed the metrics key and answer for them), never after a redirect.
+_OWN_CHILDREN = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+
+
 def _probe(url: str, run_id: str) -> str:
     """OURS when this run's child answers healthy, DOWN when nothing (or our child, not ready yet)
     answers, OTHER when a process this run did not start answers on that address."""
     request = urllib.request.Request(url + "/api/health", headers={RUN_ID_HEADER: run_id})
     try:
-        with urllib.request.urlopen(request, timeout=2) as resp:  # noqa: S310 (loopback/operator URL)
+        with _OWN_CHILDREN.open(request, timeout=2) as resp:  # noqa: S310 (loopback/operator URL)
             return OURS if resp.headers.get(RUN_ID_HEADER) == run_id else OTHER
     except urllib.error.HTTPError as exc:
         return DOWN if exc.headers.get(RUN_ID_HEADER) == run_id else OTHER
@@ -198,7 +211,7 @@ def _caught_up_workers(control_url: str, run_id: str, metrics_key: str) -> set[s
     request = urllib.request.Request(control_url + "/api/health?deep=1",
                                      headers={RUN_ID_HEADER: run_id, "Authorization": f"Bearer {metrics_key}"})
     try:
-        with urllib.request.urlopen(request, timeout=5) as resp:  # noqa: S310 (loopback/operator URL)
+        with _OWN_CHILDREN.open(request, timeout=5) as resp:  # noqa: S310 (loopback/operator URL)
             body, ours = resp.read(), resp.headers.get(RUN_ID_HEADER) == run_id
     except urllib.error.HTTPError as exc:
         body, ours = exc.read(), exc.headers.get(RUN_ID_HEADER) == run_id  # degraded (503) still lists them
@@ -241,7 +254,7 @@ def _chat_ready(control_url: str, run_id: str) -> bool:
     counts as ready)."""
     request = urllib.request.Request(control_url + "/api/health", headers={RUN_ID_HEADER: run_id})
     try:
-        with urllib.request.urlopen(request, timeout=2) as resp:  # noqa: S310 (loopback/operator URL)
+        with _OWN_CHILDREN.open(request, timeout=2) as resp:  # noqa: S310 (loopback/operator URL)
             body = resp.read()
     except urllib.error.HTTPError as exc:
         body = exc.read()   # degraded (503) still says whether the chat is ready

@@ -1,0 +1,103 @@
+"""`assetcdn up` asks only its own children, on the address it started them on: the metrics key it sends to control
+(`/api/health?deep=1`, while it waits for every edge worker to be registered and caught up) goes to this run's control
+and nowhere else. Before, its requests went through a proxy named in the environment (`http_proxy`), which was handed
+the key (and `up` waited for a health the proxy answered), and a redirect was followed with the key to wherever it
+pointed."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from assetcdn import supervisor
+from assetcdn.shared.process import RUN_ID_HEADER
+
+RUN_ID = "0123456789abcdef"
+KEY = "metrics-key-of-this-run"
+WORKERS = {"edge-0/0", "edge-0/1"}
+
+
+class Recorder(ThreadingHTTPServer):
+    """A loopback HTTP server that keeps the Authorization header of every request it is sent."""
+
+    def __init__(self, answer: tuple[int, dict[str, str], bytes]) -> None:
+        self.answer = answer
+        self.authorizations: list[str] = []
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Recorder
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.server.authorizations.append(self.headers.get("Authorization", ""))
+        status, headers, body = self.server.answer
+        self.send_response(status)
+        for name, value in {**headers, "Content-Length": str(len(body))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+CAUGHT_UP = (200, {RUN_ID_HEADER: RUN_ID, "Content-Type": "application/json"},
+             json.dumps({"edges": [{"name": name, "alive": True, "generationsBehind": 0}
+                                   for name in sorted(WORKERS)]}).encode())
+
+
+def serving(answer: tuple[int, dict[str, str], bytes]) -> Iterator[Recorder]:
+    server = Recorder(answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def control() -> Iterator[Recorder]:
+    yield from serving(CAUGHT_UP)
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[Recorder]:
+    """Another server on the machine (a proxy, or where a redirect points), which answers as control would."""
+    yield from serving(CAUGHT_UP)
+
+
+def test_the_metrics_key_is_not_handed_to_a_proxy_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch, control: Recorder, elsewhere: Recorder) -> None:
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", elsewhere.url)
+    monkeypatch.setenv("HTTP_PROXY", elsewhere.url)
+
+    assert supervisor._caught_up_workers(control.url, RUN_ID, KEY) == WORKERS
+    assert control.authorizations == [f"Bearer {KEY}"]
+    assert elsewhere.authorizations == []
+    # The other waits of `up` reach its children directly too (the proxy did not answer for them).
+    assert supervisor._probe(control.url, RUN_ID) == supervisor.OURS
+    assert supervisor._chat_ready(control.url, RUN_ID)
+    assert elsewhere.authorizations == []
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_the_metrics_key_does_not_follow_a_redirect(status: int, elsewhere: Recorder) -> None:
+    for redirecting in serving((status, {RUN_ID_HEADER: RUN_ID, "Location": f"{elsewhere.url}/api/health?deep=1"},
+                                b"")):
+        assert supervisor._caught_up_workers(redirecting.url, RUN_ID, KEY) == set()
+        assert redirecting.authorizations == [f"Bearer {KEY}"]
+    assert elsewhere.authorizations == []
