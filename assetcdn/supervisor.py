@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import math
 import os
 import select
 import signal
@@ -51,6 +52,7 @@ USER_KEYS = ("ASSETCDN_ACCESS_KEY", "ASSETCDN_ACCOUNT_KEY", "ASSETCDN_PURGE_KEY"
 STOP_GRACE_S = EXIT_DEADLINE_S + 2.0  # a child stops by itself within this, or it is killed
 KILL_WAIT_S = 5.0                     # for SIGKILLed processes to disappear
 LOCK_FILE = "up.lock"
+LAST_SEEN_ROUNDING_S = 0.1  # control's lastSeenSecondsAgo is rounded to it
 
 
 def say(text: str, *, error: bool = False) -> None:
@@ -205,9 +207,12 @@ def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], lab
     return not stop.requested
 
 
-def _caught_up_workers(control_url: str, run_id: str, metrics_key: str) -> set[str]:
+def _caught_up_workers(control_url: str, run_id: str, metrics_key: str, heard_within: float = math.inf) -> set[str]:
     """The edge workers (`edge-i/w`) this run's control has registered and heard at its own generation: each one
-    control pushes changes and purges to, and that holds every file control has. Empty while control does not say."""
+    control pushes changes and purges to, and that holds every file control has. Empty while control does not say.
+    Only those heard from within the last `heard_within` seconds: control started again keeps the workers it knew
+    (assetcdn/control/publishing/edge_registry.py), and a previous run's (`up` killed and started again within
+    `control.edge_timeout_s`), listed alive at control's generation, is not this run's worker."""
     request = urllib.request.Request(control_url + "/api/health?deep=1",
                                      headers={RUN_ID_HEADER: run_id, "Authorization": f"Bearer {metrics_key}"})
     try:
@@ -222,24 +227,28 @@ def _caught_up_workers(control_url: str, run_id: str, metrics_key: str) -> set[s
     try:
         edges = json.loads(body).get("edges") or []
         return {str(edge["name"]) for edge in edges
-                if edge.get("alive") and edge.get("generationsBehind") == 0}
+                if edge.get("alive") and edge.get("generationsBehind") == 0
+                and float(edge.get("lastSeenSecondsAgo", 0)) <= heard_within + LAST_SEEN_ROUNDING_S}
     except (ValueError, AttributeError, KeyError, TypeError):
         return set()
 
 
 def _wait_workers_caught_up(control_url: str, run_id: str, metrics_key: str, workers: set[str],
                             processes: list[subprocess.Popen[bytes]], labels: list[str],
-                            listeners: list[list[Listener]], host: str, stop: _StopRequest, timeout_s: float) -> bool:
+                            listeners: list[list[Listener]], host: str, stop: _StopRequest, timeout_s: float,
+                            edges_started: float) -> bool:
     """Wait until control has every worker of every edge registered and caught up, not only the one an edge's health
     probe reached: another worker still starting (on a loaded machine, for seconds) is not pushed purges and does not
     count in their answers meanwhile. It is counted only once it reports control's generation, so it holds every file
     control has (a worker listens for clients after its first catch-up, assetcdn/edge/node.py `start`, or after
     `edge.control_probe_timeout_s` without one): none answers 503 EdgeNotReady for one of them once this returns.
+    Only a worker control has heard from since `edges_started` (time.monotonic() when `up` started the edges) counts.
     False if a stop was requested."""
     deadline = time.monotonic() + timeout_s
     while not stop.requested:
         _check_children(processes, labels, listeners, host)
-        missing = workers - _caught_up_workers(control_url, run_id, metrics_key)
+        heard_within = time.monotonic() - edges_started
+        missing = workers - _caught_up_workers(control_url, run_id, metrics_key, heard_within)
         if not missing:
             return True
         if time.monotonic() > deadline:
@@ -440,12 +449,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         if not _wait_healthy([control_url], processes, labels, listeners, host, run_id, stop, HEALTH_TIMEOUT_S):
             return 0
         commands[0] = [a for a in commands[0] if a != "--demo"]  # a restarted control must not re-seed
+        edges_started = time.monotonic()
         processes.extend(_spawn(command, edge_env) for command, edge_env in zip(commands[1:], envs[1:], strict=True))
         if not _wait_healthy(edge_urls, processes, labels, listeners, host, run_id, stop, HEALTH_TIMEOUT_S):
             return 0
         workers = {f"edge-{i}/{w}" for i in range(args.edges) for w in range(args.workers)}
         if not _wait_workers_caught_up(control_url, run_id, secrets.metrics_key, workers, processes, labels, listeners,
-                                       host, stop, HEALTH_TIMEOUT_S):
+                                       host, stop, HEALTH_TIMEOUT_S, edges_started):
             return 0
         _wait_chat_ready(control_url, run_id, stop, HEALTH_TIMEOUT_S)
         if stop.requested:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -101,3 +102,23 @@ def test_the_metrics_key_does_not_follow_a_redirect(status: int, elsewhere: Reco
         assert supervisor._caught_up_workers(redirecting.url, RUN_ID, KEY) == set()
         assert redirecting.authorizations == [f"Bearer {KEY}"]
     assert elsewhere.authorizations == []
+
+
+def listed(*edges: tuple[str, float]) -> tuple[int, dict[str, str], bytes]:
+    """Control's deep health listing each (worker, seconds since control last heard from it) at its generation."""
+    body = {"edges": [{"name": name, "alive": True, "generationsBehind": 0, "lastSeenSecondsAgo": ago}
+                      for name, ago in edges]}
+    return 200, {RUN_ID_HEADER: RUN_ID, "Content-Type": "application/json"}, json.dumps(body).encode()
+
+
+def test_a_worker_control_last_heard_before_this_run_started_its_edges_is_not_counted() -> None:
+    """Control started again keeps the edges it knew (`edges.json`, assetcdn/control/publishing/edge_registry.py):
+    after `up` was killed and started again within `control.edge_timeout_s`, the previous run's edge-0/1 is listed
+    alive at control's generation before this run's edge-0/1 has registered. Before, `up` counted it and said
+    "assetcdn is up" with that worker still starting (left out of purge answers)."""
+    for control in serving(listed(("edge-0/0", 0.3), ("edge-0/1", 12.0))):
+        assert supervisor._caught_up_workers(control.url, RUN_ID, KEY, heard_within=2.0) == {"edge-0/0"}
+        with pytest.raises(supervisor.StartupFailed, match=r"caught up within 0s: edge-0/1$"):
+            supervisor._wait_workers_caught_up(control.url, RUN_ID, KEY, WORKERS, [], [], [], "127.0.0.1",
+                                               supervisor._StopRequest(), timeout_s=0.3,
+                                               edges_started=time.monotonic() - 2.0)
