@@ -213,8 +213,11 @@ def _caught_up_workers(control_url: str, run_id: str, metrics_key: str, heard_wi
     Only those heard from within the last `heard_within` seconds: control started again keeps the workers it knew
     (assetcdn/control/publishing/edge_registry.py), and a previous run's (`up` killed and started again within
     `control.edge_timeout_s`), listed alive at control's generation, is not this run's worker."""
+    # The key's UTF-8 bytes, which control compares (assetcdn/shared/secrets.py `secret_matches`): http.client writes
+    # a header as Latin-1, so they are handed over as the Latin-1 text of those bytes.
+    authorization = f"Bearer {metrics_key}".encode().decode("latin-1")
     request = urllib.request.Request(control_url + "/api/health?deep=1",
-                                     headers={RUN_ID_HEADER: run_id, "Authorization": f"Bearer {metrics_key}"})
+                                     headers={RUN_ID_HEADER: run_id, "Authorization": authorization})
     try:
         with _OWN_CHILDREN.open(request, timeout=5) as resp:  # noqa: S310 (loopback/operator URL)
             body, ours = resp.read(), resp.headers.get(RUN_ID_HEADER) == run_id

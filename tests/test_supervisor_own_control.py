@@ -39,7 +39,9 @@ class Handler(BaseHTTPRequestHandler):
     server: Recorder
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        self.server.authorizations.append(self.headers.get("Authorization", ""))
+        # As sent (http.server reads a header's bytes as Latin-1): control compares the key's UTF-8 bytes.
+        sent = self.headers.get("Authorization", "").encode("latin-1").decode("utf-8", "surrogateescape")
+        self.server.authorizations.append(sent)
         status, headers, body = self.server.answer
         self.send_response(status)
         for name, value in {**headers, "Content-Length": str(len(body))}.items():
@@ -122,3 +124,12 @@ def test_a_worker_control_last_heard_before_this_run_started_its_edges_is_not_co
             supervisor._wait_workers_caught_up(control.url, RUN_ID, KEY, WORKERS, [], [], [], "127.0.0.1",
                                                supervisor._StopRequest(), timeout_s=0.3,
                                                edges_started=time.monotonic() - 2.0)
+
+
+def test_a_metrics_key_that_is_not_ascii_is_sent_as_its_utf8_bytes(control: Recorder) -> None:
+    """Control takes the key's UTF-8 bytes (a client's `curl -H "Authorization: Bearer clé"` is let in). Before, `up`
+    stopped with a traceback (UnicodeEncodeError: http.client writes a header as Latin-1) for a key with a character
+    Latin-1 lacks, and sent another key (Latin-1 bytes, refused) for one it has, waiting 60 s to fail."""
+    for key in ("clé-de-mesure", "clé-€"):
+        assert supervisor._caught_up_workers(control.url, RUN_ID, key) == WORKERS
+        assert control.authorizations[-1] == f"Bearer {key}"
