@@ -207,10 +207,10 @@ def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], lab
     return not stop.requested
 
 
-def _caught_up_workers(control_url: str, run_id: str, metrics_key: str, heard_within: float = math.inf) -> set[str]:
+def _caught_up_workers(control_url: str, run_id: str, metrics_key: str, heard_since: float = -math.inf) -> set[str]:
     """The edge workers (`edge-i/w`) this run's control has registered and heard at its own generation: each one
     control pushes changes and purges to, and that holds every file control has. Empty while control does not say.
-    Only those heard from within the last `heard_within` seconds: control started again keeps the workers it knew
+    Only those heard from since `heard_since` (time.monotonic()): control started again keeps the workers it knew
     (assetcdn/control/publishing/edge_registry.py), and a previous run's (`up` killed and started again within
     `control.edge_timeout_s`), listed alive at control's generation, is not this run's worker."""
     # The key's UTF-8 bytes, which control compares (assetcdn/shared/secrets.py `secret_matches`): http.client writes
@@ -227,6 +227,7 @@ def _caught_up_workers(control_url: str, run_id: str, metrics_key: str, heard_wi
         return set()
     if not ours:
         return set()
+    heard_within = time.monotonic() - heard_since  # once answered: a slow answer does not leave out a worker
     try:
         edges = json.loads(body).get("edges") or []
         return {str(edge["name"]) for edge in edges
@@ -250,8 +251,7 @@ def _wait_workers_caught_up(control_url: str, run_id: str, metrics_key: str, wor
     deadline = time.monotonic() + timeout_s
     while not stop.requested:
         _check_children(processes, labels, listeners, host)
-        heard_within = time.monotonic() - edges_started
-        missing = workers - _caught_up_workers(control_url, run_id, metrics_key, heard_within)
+        missing = workers - _caught_up_workers(control_url, run_id, metrics_key, edges_started)
         if not missing:
             return True
         if time.monotonic() > deadline:

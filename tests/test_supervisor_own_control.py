@@ -119,7 +119,7 @@ def test_a_worker_control_last_heard_before_this_run_started_its_edges_is_not_co
     alive at control's generation before this run's edge-0/1 has registered. Before, `up` counted it and said
     "assetcdn is up" with that worker still starting (left out of purge answers)."""
     for control in serving(listed(("edge-0/0", 0.3), ("edge-0/1", 12.0))):
-        assert supervisor._caught_up_workers(control.url, RUN_ID, KEY, heard_within=2.0) == {"edge-0/0"}
+        assert supervisor._caught_up_workers(control.url, RUN_ID, KEY, heard_since=time.monotonic() - 2.0) == {"edge-0/0"}
         with pytest.raises(supervisor.StartupFailed, match=r"caught up within 0s: edge-0/1$"):
             supervisor._wait_workers_caught_up(control.url, RUN_ID, KEY, WORKERS, [], [], [], "127.0.0.1",
                                                supervisor._StopRequest(), timeout_s=0.3,
