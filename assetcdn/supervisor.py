@@ -223,6 +223,11 @@ def _caught_up_workers(control_url: str, run_id: str, metrics_key: str, heard_si
             body, ours = resp.read(), resp.headers.get(RUN_ID_HEADER) == run_id
     except urllib.error.HTTPError as exc:
         body, ours = exc.read(), exc.headers.get(RUN_ID_HEADER) == run_id  # degraded (503) still lists them
+        if ours and exc.code == 401:  # asking again cannot help: said now, not as workers missing after the wait
+            raise StartupFailed("control refuses this run's metrics key (ASSETCDN_METRICS_KEY), which `up` sends to "
+                                "its /api/health?deep=1 to see every edge worker caught up; no client could read "
+                                "/metrics with it either (a key with a space at either end never matches): "
+                                "choose another") from None
     except (urllib.error.URLError, OSError):
         return set()
     if not ours:

@@ -133,3 +133,17 @@ def test_a_metrics_key_that_is_not_ascii_is_sent_as_its_utf8_bytes(control: Reco
     for key in ("clé-de-mesure", "clé-€"):
         assert supervisor._caught_up_workers(control.url, RUN_ID, key) == WORKERS
         assert control.authorizations[-1] == f"Bearer {key}"
+
+
+def test_a_metrics_key_control_refuses_is_named_at_once() -> None:
+    """A key control never matches (one with a space at either end, as `export ASSETCDN_METRICS_KEY="key "` gives: a
+    client's Bearer credential is read without them): no client can read /metrics with it either. Before, `up` asked
+    with it until its 60 s were over and then said that not every edge worker had registered, naming them all."""
+    refused = (401, {RUN_ID_HEADER: RUN_ID, "Content-Type": "application/json"}, b'{"error": "Unauthorized"}')
+    for control in serving(refused):
+        with pytest.raises(supervisor.StartupFailed, match="ASSETCDN_METRICS_KEY") as failed:
+            supervisor._wait_workers_caught_up(control.url, RUN_ID, "s3cr3t-value ", WORKERS, [], [], [], "127.0.0.1",
+                                               supervisor._StopRequest(), timeout_s=3.0,
+                                               edges_started=time.monotonic())
+        assert "not every edge worker" not in str(failed.value)
+        assert "s3cr3t" not in str(failed.value)  # the key itself is never said
