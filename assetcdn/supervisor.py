@@ -207,6 +207,11 @@ def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], lab
     return not stop.requested
 
 
+METRICS_KEY_REFUSED = ("control refuses this run's metrics key (ASSETCDN_METRICS_KEY), which `up` sends to its "
+                       "/api/health?deep=1 to see every edge worker caught up; no client could read /metrics with it "
+                       "either (a key with a space or a line break at either end never matches): choose another")
+
+
 def _caught_up_workers(control_url: str, run_id: str, metrics_key: str, heard_since: float = -math.inf) -> set[str]:
     """The edge workers (`edge-i/w`) this run's control has registered and heard at its own generation: each one
     control pushes changes and purges to, and that holds every file control has. Empty while control does not say.
@@ -224,10 +229,9 @@ def _caught_up_workers(control_url: str, run_id: str, metrics_key: str, heard_si
     except urllib.error.HTTPError as exc:
         body, ours = exc.read(), exc.headers.get(RUN_ID_HEADER) == run_id  # degraded (503) still lists them
         if ours and exc.code == 401:  # asking again cannot help: said now, not as workers missing after the wait
-            raise StartupFailed("control refuses this run's metrics key (ASSETCDN_METRICS_KEY), which `up` sends to "
-                                "its /api/health?deep=1 to see every edge worker caught up; no client could read "
-                                "/metrics with it either (a key with a space at either end never matches): "
-                                "choose another") from None
+            raise StartupFailed(METRICS_KEY_REFUSED) from None
+    except ValueError:  # a line break in the key, which no header carries; http.client's message holds the key
+        raise StartupFailed(METRICS_KEY_REFUSED) from None
     except (urllib.error.URLError, OSError):
         return set()
     if not ours:

@@ -135,14 +135,16 @@ def test_a_metrics_key_that_is_not_ascii_is_sent_as_its_utf8_bytes(control: Reco
         assert control.authorizations[-1] == f"Bearer {key}"
 
 
-def test_a_metrics_key_control_refuses_is_named_at_once() -> None:
+@pytest.mark.parametrize("key", ["s3cr3t-value ", "s3cr3t-value\n"])
+def test_a_metrics_key_control_refuses_is_named_at_once(key: str) -> None:
     """A key control never matches (one with a space at either end, as `export ASSETCDN_METRICS_KEY="key "` gives: a
     client's Bearer credential is read without them): no client can read /metrics with it either. Before, `up` asked
-    with it until its 60 s were over and then said that not every edge worker had registered, naming them all."""
+    with it until its 60 s were over and then said that not every edge worker had registered, naming them all; with a
+    line break at its end (no header can carry it) `up` stopped with a traceback."""
     refused = (401, {RUN_ID_HEADER: RUN_ID, "Content-Type": "application/json"}, b'{"error": "Unauthorized"}')
     for control in serving(refused):
         with pytest.raises(supervisor.StartupFailed, match="ASSETCDN_METRICS_KEY") as failed:
-            supervisor._wait_workers_caught_up(control.url, RUN_ID, "s3cr3t-value ", WORKERS, [], [], [], "127.0.0.1",
+            supervisor._wait_workers_caught_up(control.url, RUN_ID, key, WORKERS, [], [], [], "127.0.0.1",
                                                supervisor._StopRequest(), timeout_s=3.0,
                                                edges_started=time.monotonic())
         assert "not every edge worker" not in str(failed.value)
