@@ -113,7 +113,7 @@ class DashboardBrowser(HeadlessChromium):
 
     async def press(self, key: str) -> None:
         """A key pressed and released where the focus is, as the keyboard sends it (Enter, Escape, Tab, Space)."""
-        codes = {"Enter": 13, "Escape": 27, "Tab": 9, " ": 32}
+        codes = {"Enter": 13, "Escape": 27, "Tab": 9, " ": 32, "ArrowLeft": 37, "ArrowRight": 39, "Home": 36, "End": 35}
         down: dict[str, Any] = {"key": key, "code": key, "windowsVirtualKeyCode": codes[key]}
         if key == "Enter":
             down["text"] = "\r"
@@ -121,6 +121,11 @@ class DashboardBrowser(HeadlessChromium):
             down.update(code="Space", text=" ")
         await self.command("Input.dispatchKeyEvent", type="keyDown", **down)
         await self.command("Input.dispatchKeyEvent", type="keyUp", key=key, code=down["code"], windowsVirtualKeyCode=codes[key])
+
+    async def tap(self, x: float, y: float) -> None:
+        """A finger's tap at (x, y) in CSS pixels of the viewport, as a touch screen sends it (no hover before it)."""
+        await self.command("Emulation.setTouchEmulationEnabled", enabled=True, maxTouchPoints=1)
+        await self.command("Input.synthesizeTapGesture", x=x, y=y, gestureSourceType="touch")
 
     async def type_text(self, text: str) -> None:
         """Text typed where the focus is (Input.insertText: what a keyboard's characters would enter)."""

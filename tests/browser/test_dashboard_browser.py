@@ -1219,6 +1219,49 @@ async def test_analytics_charts_can_be_read_on_a_phone(site: Site, browser: Dash
     assert page.problems == []
 
 
+CHART_DAYS = "[...document.querySelectorAll('[data-chart={}] .{} title')].map(t => t.textContent)"
+READOUT = "document.querySelector('[data-chart={}] .readout')?.textContent ?? ''"
+
+
+async def tap_on(page: DashboardBrowser, selector: str, index: int) -> None:
+    """A tap on the index-th element of selector (its chart scrolled into sight), at its middle; a bar too short to be
+    hit is tapped just above itself, in its day's column, as a finger would."""
+    found = f"document.querySelectorAll({json.dumps(selector)})[{index}]"
+    await page.js(f"{found}.closest('svg').scrollIntoView({{block: 'center'}})")
+    left, top, width, height = await page.js(f"(r => [r.left, r.top, r.width, r.height])({found}.getBoundingClientRect())")
+    await page.tap(left + width / 2, top + height / 2 - (12 if height < 24 else 0))
+
+
+async def test_a_days_number_is_read_with_a_tap_or_the_keyboard(site: Site, browser: DashboardBrowser) -> None:
+    """With 30 days each day's number was in its bar's (or point's) title, shown on hover only: on a phone, or from the
+    keyboard, it could not be read. A tap in a day's column, or the arrow keys once the chart has the focus (Tab),
+    write that day's number under the chart."""
+    await seed_past_traffic(site)
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    await open_view(page, base, "analytics?days=30", "document.querySelectorAll('.chart svg').length === 3")
+    requests = await page.js(CHART_DAYS.format("requests", "bar"))
+    ratios = await page.js(CHART_DAYS.format("hit-ratio", "pointmark"))
+    assert len(requests) == 30 and len(ratios) >= 28, (requests, ratios)
+    await tap_on(page, "[data-chart=requests] .bar", 10)
+    await page.wait_for(f"{READOUT.format('requests')} === {json.dumps(requests[10])}", within=5)
+    await tap_on(page, "[data-chart=hit-ratio] .pointmark", 3)
+    await page.wait_for(f"{READOUT.format('hit-ratio')} === {json.dumps(ratios[3])}", within=5)
+    # From the keyboard: Tab from the zone's picker reaches the first chart; it reads its newest day, then the one before.
+    await page.js("document.getElementById('analytics-zone').focus()")
+    await page.press("Tab")
+    assert await page.js("document.activeElement.closest('[data-chart]')?.dataset.chart") == "requests"
+    assert await page.js(READOUT.format("requests")) == requests[-1]
+    await page.press("ArrowLeft")
+    await page.press("ArrowLeft")
+    assert await page.js(READOUT.format("requests")) == requests[-3]
+    await page.press("Home")
+    assert await page.js(READOUT.format("requests")) == requests[0]
+    assert await page.cut_off() == []
+    assert page.problems == []
+
+
 async def test_a_purges_result_fits_a_phone(site: Site, browser: DashboardBrowser) -> None:
     """On a phone a purge's result (each edge's acknowledgement) and the session's earlier purges were tables wider than
     the screen, outside any box that scrolls: the page scrolled sideways and the acknowledgement latencies were cut off

@@ -6,7 +6,7 @@ import { h, s } from "./ui.js";
 const NARROW = window.matchMedia("(max-width: 760px)");
 const chartWidth = () => (NARROW.matches ? 400 : 640);
 // Whether a value's label (13 units, semi-bold: at most 9 units a character) fits above its bar without touching the
-// next one's: else it is left out, as with more than 10 points (each bar's title still gives its value).
+// next one's: else it is left out, as with more than 10 points (the readout under the chart gives it: readable()).
 const fits = (text, slot) => text.length * 9 <= slot;
 const PAD = { top: 14, right: 12, bottom: 26, left: 52 };
 
@@ -52,6 +52,40 @@ function labelEvery(points, slot) {
 }
 
 /**
+ * A day's number for a touch screen and the keyboard too, not only in a title on hover: a tap (or click) in a day's
+ * column, or the arrow keys (Home, End) once the chart has the focus, marks that day and writes its number in a line
+ * under the chart. days = [{left, width, mark, text}] in the chart's units, oldest first; mark is the day's bar or point.
+ */
+function readable(svg, days, name, top, height) {
+  const readout = h("div.readout.muted.small", { "aria-live": "polite" },
+    days.length ? "Tap a day, or focus the chart and use the arrow keys, to read its number." : "");
+  if (!days.length) return readout;
+  let chosen = -1;
+  const choose = (i) => {
+    if (chosen >= 0) days[chosen].mark.classList.remove("selected");
+    chosen = Math.max(0, Math.min(days.length - 1, i));
+    days[chosen].mark.classList.add("selected");
+    readout.textContent = days[chosen].text;
+    readout.classList.remove("muted");
+  };
+  // Each day's whole column answers a tap: a bar of 30 on a phone is 6 px wide, a point 8 px.
+  days.forEach((day, i) => {
+    svg.append(s("rect", { class: "hit", x: day.left, y: top, width: day.width, height }, s("title", null, day.text)));
+    svg.lastElementChild.addEventListener("click", () => choose(i));
+  });
+  svg.setAttribute("tabindex", "0");
+  svg.setAttribute("aria-label", `${name}: the arrow keys read each day`);
+  svg.addEventListener("focus", () => { if (chosen < 0) choose(days.length - 1); });
+  const keys = { ArrowLeft: () => chosen - 1, ArrowRight: () => chosen + 1, Home: () => 0, End: () => days.length - 1 };
+  svg.addEventListener("keydown", (event) => {
+    if (!(event.key in keys)) return;
+    event.preventDefault();
+    choose(keys[event.key]());
+  });
+  return readout;
+}
+
+/**
  * Vertical bars, one per point: points = [{label, value, title}], oldest first.
  * Options: format (axis and tooltip numbers), height, alt (second colour), integer (counts), bytes (round units).
  */
@@ -67,12 +101,16 @@ export function barChart(points, { format = String, height = 220, alt = false, n
   const slot = (W - PAD.left - PAD.right) / Math.max(points.length, 1);
   const barWidth = Math.min(46, slot * 0.64);
   const every = labelEvery(points, slot);
+  const days = [];
   points.forEach((point, i) => {
     const x = PAD.left + slot * i + (slot - barWidth) / 2;
     const barHeight = max ? (inner * point.value) / max : 0;
     const y = PAD.top + inner - barHeight;
-    svg.append(s("rect", { class: alt ? "bar alt" : "bar", x, y, width: barWidth, height: Math.max(barHeight, point.value ? 1.5 : 0), rx: 3 },
-      s("title", null, point.title || `${point.label}: ${format(point.value)}`)));
+    const text = point.title || `${point.label}: ${format(point.value)}`;
+    const bar = s("rect", { class: alt ? "bar alt" : "bar", x, y, width: barWidth, height: Math.max(barHeight, point.value ? 1.5 : 0), rx: 3 },
+      s("title", null, text));
+    svg.append(bar);
+    days.push({ left: PAD.left + slot * i, width: slot, mark: bar, text });
     if (points.length <= 10 && point.value && fits(format(point.value), slot)) {
       svg.append(s("text", { class: "value-label", x: x + barWidth / 2, y: y - 4, "text-anchor": "middle" }, format(point.value)));
     }
@@ -83,7 +121,8 @@ export function barChart(points, { format = String, height = 220, alt = false, n
   if (!points.some((p) => p.value)) {
     svg.append(s("text", { class: "empty-note", x: W / 2, y: PAD.top + inner / 2, "text-anchor": "middle" }, "No traffic in this period"));
   }
-  return h("div.chart", { dataset: { chart: name } }, svg);
+  const readout = points.some((p) => p.value) ? readable(svg, days, name, PAD.top, inner) : null;
+  return h("div.chart", { dataset: { chart: name } }, svg, readout);
 }
 
 /** A line over points = [{label, value (0..1 or null)}], with an area under it; y is a percentage. A value short of 1
@@ -107,13 +146,17 @@ export function ratioChart(points, { height = 220, name = "chart" } = {}) {
     const base = PAD.top + inner;
     svg.append(s("path", { class: "area", d: `${line} L${xy[xy.length - 1][0].toFixed(1)},${base} L${xy[0][0].toFixed(1)},${base} Z` }));
     svg.append(s("path", { class: "line", d: line }));
+    const days = [];
     for (const [x, y, point] of xy) {
-      svg.append(s("circle", { class: "pointmark", cx: x, cy: y, r: 4 }, s("title", null, `${point.label}: ${format(point.value)}`)));
+      const text = `${point.label}: ${format(point.value)}`;
+      const mark = s("circle", { class: "pointmark", cx: x, cy: y, r: 4 }, s("title", null, text));
+      svg.append(mark);
+      days.push({ left: x - slot / 2, width: slot, mark, text });
       if (xy.length <= 10 && fits(format(point.value), slot)) svg.append(s("text", { class: "value-label", x, y: y - 9, "text-anchor": "middle" }, format(point.value)));
     }
-  } else {
-    svg.append(s("text", { class: "empty-note", x: W / 2, y: PAD.top + inner / 2, "text-anchor": "middle" }, "No cacheable traffic in this period"));
+    return h("div.chart", { dataset: { chart: name } }, svg, readable(svg, days, name, PAD.top, inner));
   }
+  svg.append(s("text", { class: "empty-note", x: W / 2, y: PAD.top + inner / 2, "text-anchor": "middle" }, "No cacheable traffic in this period"));
   return h("div.chart", { dataset: { chart: name } }, svg);
 }
 
