@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -1258,6 +1259,23 @@ async def test_a_days_number_is_read_with_a_tap_or_the_keyboard(site: Site, brow
     assert await page.js(READOUT.format("requests")) == requests[-3]
     await page.press("Home")
     assert await page.js(READOUT.format("requests")) == requests[0]
+    assert await page.cut_off() == []
+    assert page.problems == []
+
+
+async def test_each_workers_heartbeat_is_shown_without_hovering(site: Site, browser: DashboardBrowser) -> None:
+    """Each edge worker's generation and last heartbeat were in a title on its dot, shown on hover only: on a phone they
+    could not be read. They are written out beside each worker."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    await open_view(page, base, "health", "!!document.querySelector('[data-edge=edge-0]')")
+    report = await page.js("fetch('/api/dashboard/status').then(r => r.json())")
+    workers = report["edges"]["nodes"][0]["workers"]
+    assert workers
+    shown = await page.js("document.querySelector('[data-edge=edge-0]').innerText")
+    for worker in workers:
+        assert re.search(rf"{re.escape(worker['name'])}\s+generation {worker['generation']} · seen [\d.]+ s ago", shown), shown
     assert await page.cut_off() == []
     assert page.problems == []
 

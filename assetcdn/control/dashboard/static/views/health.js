@@ -11,15 +11,19 @@ function line(label, value) {
 
 function edgeCard(node) {
   const state = node.alive ? (node.lag ? `lag ${node.lag}` : "in sync") : "unreachable";
-  const workers = h("span", null, node.workers.map((w) => h("span", { title: `${w.name}: generation ${w.generation}, seen ${w.lastSeenSecondsAgo} s ago` },
-    h(`span.dot.${w.alive ? "ok" : "bad"}`))));
+  // Each worker's generation and last heartbeat are written out: a title on hover cannot be read on a touch screen.
+  const workers = h("ul.workers", null, node.workers.map((w) => h("li", { dataset: { worker: w.name } },
+    h("span", null, h(`span.dot.${w.alive ? "ok" : "bad"}`), w.name),
+    h("span.muted", null, `generation ${formatNumber(w.generation)} · seen ${w.lastSeenSecondsAgo} s ago`))));
+  const alive = node.workers.filter((w) => w.alive).length;
   return h("div.node", { dataset: { edge: node.name } },
     h("div.name", null, node.name, badge(state, node.alive ? (node.lag ? "warn" : "ok") : "bad")),
     line("Generation", formatNumber(node.generation)),
     line("Lag behind control", `${node.lag} generation${node.lag === 1 ? "" : "s"}`),
     line("Last push ack", node.lastAckAt ? `${ago(node.lastAckAt)} · ${node.lastPushMs} ms` : "none yet"),
     line("Last heartbeat", `${Math.min(...node.workers.map((w) => w.lastSeenSecondsAgo))} s ago`),
-    line("Workers", workers));
+    line("Workers", `${alive} of ${node.workers.length} alive`),
+    workers);
 }
 
 export async function render(container) {
