@@ -1280,6 +1280,21 @@ async def test_each_workers_heartbeat_is_shown_without_hovering(site: Site, brow
     assert page.problems == []
 
 
+async def test_a_scopes_description_is_shown_without_hovering(site: Site, browser: DashboardBrowser) -> None:
+    """What each scope opens was the title of its checkbox's label, shown on hover only: on a phone the form offered
+    bare names (insights:read, ai:read). Each is described beside its name, and the form still fits the screen."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await page.as_phone()
+    await open_view(page, base, "tokens", "!!document.querySelector('#token-list .empty')")
+    shown = await page.js("document.getElementById('token-scopes').innerText")
+    for description in ("Read files", "Upload and delete files", "Read analytics", "Purge caches", "AI endpoints"):
+        assert description in shown, shown
+    assert "AccountKey" in await page.js("document.querySelector('#token-form').innerText")
+    assert await page.cut_off() == []
+    assert page.problems == []
+
+
 async def test_a_purges_result_fits_a_phone(site: Site, browser: DashboardBrowser) -> None:
     """On a phone a purge's result (each edge's acknowledgement) and the session's earlier purges were tables wider than
     the screen, outside any box that scrolls: the page scrolled sideways and the acknowledgement latencies were cut off

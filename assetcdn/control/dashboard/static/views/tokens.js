@@ -18,14 +18,21 @@ export async function render(container) {
   const mayGrant = (scope) => !Array.isArray(grantable) || grantable.includes(scope);
   const name = h("input#token-name", { type: "text", placeholder: "e.g. ci-uploads", maxLength: 100, autocomplete: "off" });
   const expiry = h("select#token-expiry", null, [7, 30, 90, 365].map((d) => h("option", { value: d, defaultSelected: d === 90 }, `${d} days`)));
+  // Each scope's description is written beside it (a title on hover cannot be read on a touch screen), and why some
+  // cannot be chosen under the list.
   const scopes = h("div.checks#token-scopes", null, SCOPES.map(([scope, label]) => mayGrant(scope)
-    ? h("label", { title: label }, h("input", { type: "checkbox", value: scope, name: "scope" }), h("code", null, scope))
+    ? h("label", { title: label }, h("input", { type: "checkbox", value: scope, name: "scope" }), h("code", null, scope),
+      h("span.muted.small.scope-about", null, label))
     : h("label.muted", { title: `${label}: a dashboard session cannot grant it; mint such a token with the AccountKey (POST /api/tokens)` },
-      h("input", { type: "checkbox", value: scope, name: "scope", disabled: true }), h("code", null, scope), h("span.small", null, "(AccountKey only)"))));
+      h("input", { type: "checkbox", value: scope, name: "scope", disabled: true }), h("code", null, scope),
+      h("span.small.scope-about", null, `${label} (AccountKey only)`))));
+  const withheld = SCOPES.some(([scope]) => !mayGrant(scope));
   const formError = h("div.field-error#token-error");
   const form = h("form#token-form", { onsubmit: mint },
     h("div.row", null, h("label.field", null, "Name", name), h("label.field", null, "Expires after", expiry)),
-    h("div", { style: "margin: 12px 0 6px" }, h("h3", null, "Scopes"), scopes),
+    h("div", { style: "margin: 12px 0 6px" }, h("h3", null, "Scopes"), scopes,
+      withheld ? h("p.muted.small#token-scopes-note", null,
+        "A dashboard session cannot grant the scopes marked AccountKey only: mint such a token with the AccountKey (POST /api/tokens).") : null),
     formError, h("button.primary", { type: "submit" }, "Create token"));
   const list = h("div.table-wrap#token-list");
   container.append(card("New API token", null, h("p.muted.small", null,
