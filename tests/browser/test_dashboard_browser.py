@@ -1295,6 +1295,34 @@ async def test_a_scopes_description_is_shown_without_hovering(site: Site, browse
     assert page.problems == []
 
 
+LONG_PATH = f"{ZONE}/v1/" + "/".join(f"a-folder-with-a-long-name-{n}" for n in range(4)) + "/the-image-at-the-end.png"
+WHOLE = """(s => [...document.querySelectorAll(s)].filter(el => el.textContent.includes('the-image-at-the-end'))
+  .map(el => [el.textContent, el.scrollWidth <= el.clientWidth + 1 && el.scrollHeight <= el.clientHeight + 1]))"""
+
+
+async def test_a_long_path_is_shown_whole(site: Site, browser: DashboardBrowser) -> None:
+    """A path longer than its column was cut short with an ellipsis in Top assets and in the live tail, and shown whole
+    only in a title on hover. It wraps within its column, whole."""
+    async with ClientSession() as client:
+        await create_zone(site, client)  # the paths of a zone not known are counted as "other"
+    yesterday = time.time() // 86400 * 86400 - 86400
+    await site.control.app[ANALYTICS].record_hits([Hit(timestamp=yesterday + n, path=LONG_PATH, zone=ZONE, status=200,
+                                                       bytes=10, cache="HIT", country="DE") for n in range(3)])
+    site.control.app[REQUEST_LOG].append(control_entry(method="GET", path=f"/{LONG_PATH}", status=200, duration_ms=1.0,
+                                                       request_id=None, ip="127.0.0.1"))
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    for phone in (False, True):
+        if phone:
+            await page.as_phone()
+        await open_view(page, base, "analytics?days=7", "!!document.querySelector('[data-chart=top-assets] .text')")
+        assert await page.js(f"{WHOLE}('[data-chart=top-assets] .text')") == [[f"/{LONG_PATH}", True]]
+        await open_view(page, base, "logs", "!!document.querySelector('#tail-rows td.path')")
+        assert await page.js(f"{WHOLE}('#tail-rows td.path')") == [[f"/{LONG_PATH}", True]]
+    assert await page.cut_off() == []
+    assert page.problems == []
+
+
 async def test_a_purges_result_fits_a_phone(site: Site, browser: DashboardBrowser) -> None:
     """On a phone a purge's result (each edge's acknowledgement) and the session's earlier purges were tables wider than
     the screen, outside any box that scrolls: the page scrolled sideways and the acknowledgement latencies were cut off

@@ -160,11 +160,11 @@ export function ratioChart(points, { height = 220, name = "chart" } = {}) {
   return h("div.chart", { dataset: { chart: name } }, svg);
 }
 
-/** Horizontal bars for ranked lists: rows = [{label, value}]. */
+/** Horizontal bars for ranked lists: rows = [{label, value}]; a long label (a path) wraps, whole (dashboard.css). */
 export function hbars(rows, { kind = "", format = String, emptyText = "Nothing yet", name = "ranking" } = {}) {
   if (!rows.length) return h("div.empty", { dataset: { chart: name } }, emptyText);
   const max = Math.max(...rows.map((r) => r.value), 1);
-  return h("div.hbars", { dataset: { chart: name } }, rows.map((row) => h("div.hbar", { title: `${row.label}: ${format(row.value)}` },
+  return h("div.hbars", { dataset: { chart: name } }, rows.map((row) => h("div.hbar", null,
     h("div.track", null,
       h(`div.fill${kind ? "." + kind : ""}`, { style: `width: ${Math.max((100 * row.value) / max, 1.5).toFixed(1)}%` }),
       h("div.text", null, row.label)),

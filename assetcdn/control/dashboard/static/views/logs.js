@@ -41,7 +41,7 @@ export async function render(container) {
       h("td", null, entry.node),
       h("td", null, entry.method || ""),
       h(`td.status-${String(entry.status)[0]}`, null, String(entry.status)),
-      h("td.path", { title: entry.path }, entry.path),
+      h("td.path", null, entry.path), // whole, wrapped in its column (dashboard.css)
       h("td", null, entry.cache || ""),
       h("td.num", null, entry.durationMs === null || entry.durationMs === undefined ? "" : String(entry.durationMs)));
   }
