@@ -1,12 +1,17 @@
-"""A TLS state push of many certificates is applied off the edge worker's event loop: the loop keeps
-answering (its longest stall stays a small part of the push) and the pushed certificates are offered."""
+"""A TLS state push of many certificates is applied off the edge worker's event loop: the work that grows with the
+certificates (unsealing their keys, parsing them into the SNI table) runs on other threads, so the loop keeps
+answering, and the pushed certificates are offered. Which thread does the work is asserted, not how long the loop
+waited: a loaded machine's scheduler can keep any thread waiting, and timings belong in benchmarks/."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
 import json
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -14,6 +19,7 @@ import pytest
 
 from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.tls.certificates import CertificateStore
+from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
@@ -23,7 +29,6 @@ from tests.support.control import SECRETS
 from tests.support.https import peer_certificate, unverified
 
 CERTIFICATES = 300  # a few seconds of loading on a loaded test machine, a few hundred ms on a quiet one
-PROBE_TICK_S = 0.005
 
 
 @pytest.fixture(scope="session")
@@ -37,20 +42,23 @@ def many_certificates() -> tuple[list[Issued], tuple[CertificateEntry, ...]]:
     return issued, entries
 
 
-async def longest_stall(stop: asyncio.Event) -> float:
-    """How late the loop woke this task at most (a request arriving meanwhile waits as long)."""
-    loop = asyncio.get_running_loop()
-    longest = 0.0
-    while not stop.is_set():
-        before = loop.time()
-        await asyncio.sleep(PROBE_TICK_S)
-        longest = max(longest, loop.time() - before - PROBE_TICK_S)
-    return longest
+def recording_threads(method: Callable[..., Any], threads: list[int]) -> Callable[..., Any]:
+    """`method`, noting the thread each call runs on."""
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return method(*args, **kwargs)
+
+    return recorded
 
 
 async def test_a_push_of_many_certificates_does_not_hold_the_loop(
-        make_cdn: CdnFactory, tmp_path: Path,
+        make_cdn: CdnFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         many_certificates: tuple[list[Issued], tuple[CertificateEntry, ...]]) -> None:
+    # The steps whose work grows with the certificates: the keys unsealed, the certificates parsed into a table.
+    unsealing: list[int] = []
+    building: list[int] = []
+    monkeypatch.setattr(EdgeTlsState, "_unsealed", recording_threads(EdgeTlsState._unsealed, unsealing))
+    monkeypatch.setattr(CertificateStore, "_build", recording_threads(CertificateStore._build, building))
     cdn = await make_cdn()
     issued, entries = many_certificates
     # The certificate store the worker's https port has (assetcdn/edge/server.py), on the node's TLS state.
@@ -61,20 +69,18 @@ async def test_a_push_of_many_certificates_does_not_hold_the_loop(
     headers = {"Content-Type": "application/json",
                **sign_request(SECRETS.cluster_secret, "POST", PREFIX + TLS_STATE_PATH, body, audience=member.name)}
 
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    probe = asyncio.create_task(longest_stall(stop))
-    started = loop.time()
+    unsealing.clear()
+    building.clear()
     async with aiohttp.ClientSession() as http, http.post(member.url + PREFIX + TLS_STATE_PATH, data=body,
                                                           headers=headers) as resp:
         reply = await resp.json()
-    took = loop.time() - started
-    stop.set()
-    stall = await probe
 
     assert resp.status == 200 and reply == {"serial": 7, "applied": True}
-    # Applied on the loop, the whole push was one stall; off it, the loop only swaps the result in.
-    assert stall < took / 4, f"the loop stalled {stall:.3f} s during a push that took {took:.3f} s"
+    # Both steps ran for the push (the store above listens to the node's TLS state), never on the loop's thread:
+    # the loop only swaps the results in. (Either step called on the loop fails here.)
+    loop_thread = threading.get_ident()
+    assert unsealing and building
+    assert loop_thread not in unsealing + building
     for i in (0, CERTIFICATES - 1):
         offered = await asyncio.to_thread(peer_certificate, store, f"site{i}.example.test", unverified())
         assert offered.serial_number == issued[i].serial
