@@ -1327,6 +1327,42 @@ async def test_a_long_path_is_shown_whole(site: Site, browser: DashboardBrowser)
     assert page.problems == []
 
 
+LONG_NAME = "-".join(f"a-file-with-a-long-name-{n}" for n in range(4)) + "-the-image-at-the-end.png"
+IN_SIGHT = """((el, wrap) => el.getBoundingClientRect().right <= wrap.getBoundingClientRect().right + 1)(
+  document.querySelector({0}), document.querySelector({0}).closest('.table-wrap'))"""
+DROP = """(() => {{ const transfer = new DataTransfer();
+  transfer.items.add(new File([Uint8Array.from(atob({data}), c => c.charCodeAt(0))], {name}, {{type: 'image/png'}}));
+  const zone = document.getElementById('dropzone');
+  for (const type of ['dragenter', 'dragover', 'drop'])
+    zone.dispatchEvent(new DragEvent(type, {{dataTransfer: transfer, bubbles: true, cancelable: true}}));
+  return {whole}('#uploads .upload .name'); }})()"""
+
+
+async def test_a_long_file_name_is_shown_whole_in_files(site: Site, browser: DashboardBrowser) -> None:
+    """A file name longer than its column was cut short with an ellipsis in Files' list and in an upload's progress
+    line, whole only in a title on hover: a phone or the keyboard could not read it. It wraps, whole."""
+    async with ClientSession() as client:
+        await create_zone(site, client)
+        await store_pngs(site, client, LONG_NAME)
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, f"files/{ZONE}/v1/logos", f"!!document.querySelector('#file-list tr[data-name=\"{LONG_NAME}\"]')")
+    for phone in (False, True):
+        if phone:
+            await page.as_phone()
+        assert await page.js(f"{WHOLE}('#file-list .file-name button')") == [[LONG_NAME, True]], phone
+        # in sight: not only at the end of a row that a long name made wider than its card, scrolled to sideways
+        assert await page.js(IN_SIGHT.format(json.dumps(f"#file-list tr[data-name=\"{LONG_NAME}\"] button.link"))), phone
+    # The upload's line is measured as it is drawn (the drop draws it): once done it goes after 4 s.
+    dropped = await page.js(DROP.format(data=json.dumps(base64.b64encode(png(32, 20)).decode()),
+                                        name=json.dumps("new-" + LONG_NAME), whole=WHOLE))
+    [[text, whole]] = dropped
+    assert text.startswith(f"new-{LONG_NAME} · ") and whole, dropped  # the name, then its size
+    await page.wait_for(f"document.querySelector('#uploads [data-name=\"new-{LONG_NAME}\"]')?.dataset.state === 'done'")
+    assert await page.cut_off() == []
+    assert page.problems == []
+
+
 async def test_a_purges_result_fits_a_phone(site: Site, browser: DashboardBrowser) -> None:
     """On a phone a purge's result (each edge's acknowledgement) and the session's earlier purges were tables wider than
     the screen, outside any box that scrolls: the page scrolled sideways and the acknowledgement latencies were cut off

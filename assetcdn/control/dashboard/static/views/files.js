@@ -177,7 +177,7 @@ export async function render(container, { rest, params }) {
     }
     const tr = h("tr", { dataset: { name: entry.ObjectName, kind: "file" } },
       h("td", null, h("div.file-name", null, thumb(entry),
-        h("button.link", { type: "button", title: entry.ObjectName, onclick: () => select(entry) }, entry.ObjectName))),
+        h("button.link", { type: "button", onclick: () => select(entry) }, entry.ObjectName))),
       h("td.num", null, formatBytes(entry.Length)),
       h("td.muted", null, entry.ContentType || extension(entry.ObjectName)),
       h("td.nowrap", null, formatDate(entry.LastChanged)),
@@ -300,7 +300,7 @@ export async function render(container, { rest, params }) {
     const jobs = files.map((file) => {
       const bar = h("progress", { max: 1, value: 0 });
       const state = h("span.small.muted", null, "waiting");
-      const item = h("div.upload", { dataset: { name: file.name } }, h("span.name", { title: file.name }, `${file.name} · ${formatBytes(file.size)}`), bar, state);
+      const item = h("div.upload", { dataset: { name: file.name } }, h("span.name", null, `${file.name} · ${formatBytes(file.size)}`), bar, state);
       uploads.append(item);
       return { file, bar, state, item };
     });
