@@ -38,6 +38,7 @@ from assetcdn.control.records.service import REQUEST_LOG
 from assetcdn.control.storage.service import GIT
 from assetcdn.control.video.demo import write_synthetic_video
 from assetcdn.control.video.service import VIDEO_INGEST
+from assetcdn.control.webhooks.service import WEBHOOK_DELIVERIES
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import load_settings
@@ -1359,6 +1360,37 @@ async def test_a_long_file_name_is_shown_whole_in_files(site: Site, browser: Das
     [[text, whole]] = dropped
     assert text.startswith(f"new-{LONG_NAME} · ") and whole, dropped  # the name, then its size
     await page.wait_for(f"document.querySelector('#uploads [data-name=\"new-{LONG_NAME}\"]')?.dataset.state === 'done'")
+    assert await page.cut_off() == []
+    assert page.problems == []
+
+
+async def test_a_webhook_deliverys_error_is_shown_beside_its_status(site: Site, browser: DashboardBrowser) -> None:
+    """A delivery's last answer showed its HTTP status; the error text recorded with it was only a title on hover,
+    which a phone or the keyboard cannot read. It is written out under the status (when it says more than it)."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    created = await page.js("fetch('/api/webhooks', {method: 'POST', headers: {'Content-Type': 'application/json'},"
+                            f" body: JSON.stringify({{url: {json.dumps(site.receiver + '/down')},"
+                            " events: ['purge.completed']})}).then(r => r.status)")
+    assert created == 201
+    purged = await page.js("fetch('/api/purge', {method: 'POST', headers: {'Content-Type': 'application/json'},"
+                           f" body: JSON.stringify({{tags: ['project-{ZONE}']}})}}).then(r => r.status)")
+    assert purged == 200
+    deliveries = site.control.app[WEBHOOK_DELIVERIES]
+
+    async def dead() -> bool:
+        return bool(await deliveries.db.fetch("SELECT id FROM webhook_deliveries WHERE state = 'dead'"))
+
+    await wait_until(dead, "the delivery to /down becoming a dead letter")
+    # This control's sender records "HTTP 503" with a 503, which the status says already; an error recorded with a
+    # status that says more than it (written here into the delivery's record) is what the title alone showed.
+    error = "HTTP 503: the receiver is down for maintenance until tomorrow morning, try again later"
+    await deliveries.db.write("UPDATE webhook_deliveries SET last_error = ? WHERE state = 'dead'", (error,))
+    await page.as_phone()
+    await open_view(page, base, "webhooks", "!!document.querySelector('#webhook-detail tr[data-state=dead]')")
+    answers = await page.js("[...document.querySelectorAll('#webhook-detail tr[data-state=dead] td')]"
+                            ".filter(td => td.textContent.startsWith('HTTP 503')).map(td => td.innerText)")
+    assert answers and set(answers) == {f"HTTP 503\n{error}"}  # in Recent deliveries and in Dead letters
     assert await page.cut_off() == []
     assert page.problems == []
 

@@ -21,6 +21,17 @@ function stateBadge(state) {
   return badge(state, state === "delivered" ? "ok" : state === "dead" ? "bad" : "warn");
 }
 
+/**
+ * A delivery's last answer: its HTTP status, with the error text written out under it when that says more (it was a
+ * title, on hover only); the error alone when there was no answer.
+ */
+function lastAnswer(d) {
+  const answer = d.lastStatus ? `HTTP ${d.lastStatus}` : "";
+  const more = d.lastError && d.lastError !== answer ? d.lastError : "";
+  if (!answer) return h("td.answer", null, more || "–");
+  return h("td.answer", null, answer, more ? h("div.small.muted", null, more) : null);
+}
+
 export async function render(container, { rest }) {
   let hooks;
   try {
@@ -73,7 +84,7 @@ export async function render(container, { rest }) {
         h("th", null, "Created"), h("th", null, dead ? "Failed" : "Updated"), dead ? null : h("th", null, "Next attempt"), h("th"))),
       h("tbody", null, rows.map((d) => h("tr", { dataset: { id: d.id, state: d.state } },
         h("td", null, h("code", null, d.event)), h("td", null, stateBadge(d.state)), h("td.num", null, String(d.attempts)),
-        h("td", { title: d.lastError || "" }, d.lastStatus ? `HTTP ${d.lastStatus}` : (d.lastError || "–")),
+        lastAnswer(d),
         h("td.nowrap", null, formatDate(d.createdAt)), h("td.nowrap", null, ago(d.updatedAt)),
         dead ? null : h("td.nowrap", null, d.nextAttemptAt ? formatDate(d.nextAttemptAt) : "–"),
         h("td.actions", null, dead ? h("button.small", { type: "button", onclick: () => replay(d) }, "Replay") : null)))))) : empty(dead ? "No dead letter." : "No delivery yet.");
