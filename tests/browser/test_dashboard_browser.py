@@ -872,11 +872,8 @@ async def test_analytics_of_a_zone_not_listed_shows_every_zone_as_its_picker_say
     await seed_past_traffic(site)
     page, base = browser, site.base
     await sign_in_with_password(page, base)
-    # Not page.goto: it waits for the address asked for, which the view replaces (zone=all) as soon as it has read the
-    # zones, often before goto's next look.
-    await page.command("Page.navigate", url=f"{base}/dashboard/#/analytics?days=30&zone=gone")
-    await page.wait_for("document.readyState === 'complete' && location.hash.startsWith('#/analytics')"
-                        " && !!document.querySelector('[data-kpi=requests] .value')")
+    # The view replaces the address (zone=all) as soon as it has read the zones: goto waits for the view, not for it.
+    await open_view(page, base, "analytics?days=30&zone=gone", "!!document.querySelector('[data-kpi=requests] .value')")
     assert int((await page.text("[data-kpi=requests] .value")).replace(",", "")) > 1000  # the seeded traffic
     assert await page.js("document.getElementById('analytics-zone').value") == "all"
     assert await page.js("location.hash") == "#/analytics?days=30&zone=all"
