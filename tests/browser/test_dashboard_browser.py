@@ -1351,6 +1351,10 @@ async def test_a_long_file_name_is_shown_whole_in_files(site: Site, browser: Das
         assert await page.js(f"{WHOLE}('#file-list .file-name button')") == [[LONG_NAME, True]], phone
         # in sight: not only at the end of a row that a long name made wider than its card, scrolled to sideways
         assert await page.js(IN_SIGHT.format(json.dumps(f"#file-list tr[data-name=\"{LONG_NAME}\"] button.link"))), phone
+    await page.click(f"#file-list tr[data-name=\"{LONG_NAME}\"] button.link")  # chosen: its preview names it
+    await page.wait_for(f"document.querySelector('#preview h2')?.textContent === {json.dumps(LONG_NAME)}")
+    assert await page.js(f"{WHOLE}('#preview h2')") == [[LONG_NAME, True]]
+    assert await page.cut_off() == []
     # The upload's line is measured as it is drawn (the drop draws it): once done it goes after 4 s.
     dropped = await page.js(DROP.format(data=json.dumps(base64.b64encode(png(32, 20)).decode()),
                                         name=json.dumps("new-" + LONG_NAME), whole=WHOLE))
