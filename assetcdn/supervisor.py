@@ -154,14 +154,26 @@ _OWN_CHILDREN = urllib.request.build_opener(urllib.request.ProxyHandler({}), _No
 def _probe(url: str, run_id: str) -> str:
     """OURS when this run's child answers healthy, DOWN when nothing (or our child, not ready yet)
     answers, OTHER when a process this run did not start answers on that address."""
-    request = urllib.request.Request(url + "/api/health", headers={RUN_ID_HEADER: run_id})
-    try:
-        with _OWN_CHILDREN.open(request, timeout=2) as resp:  # noqa: S310 (loopback/operator URL)
-            return OURS if resp.headers.get(RUN_ID_HEADER) == run_id else OTHER
-    except urllib.error.HTTPError as exc:
-        return DOWN if exc.headers.get(RUN_ID_HEADER) == run_id else OTHER
-    except (urllib.error.URLError, OSError):
+    answer = _health_answer(url + "/api/health", run_id)
+    if answer is None:
         return DOWN
+    status, _, ours = answer
+    if not ours:
+        return OTHER
+    return OURS if status < 400 else DOWN
+
+
+def _health_answer(url: str, run_id: str, timeout_s: float = 2, **headers: str) -> tuple[int, bytes, bool] | None:
+    """A child's health answer, asked with this run's id: its status, its body (a degraded 503's too, which still
+    says what it says) and whether this run's child gave it; None when nothing answers."""
+    request = urllib.request.Request(url, headers={RUN_ID_HEADER: run_id, **headers})
+    try:
+        with _OWN_CHILDREN.open(request, timeout=timeout_s) as resp:  # noqa: S310 (loopback/operator URL)
+            return resp.status, resp.read(), resp.headers.get(RUN_ID_HEADER) == run_id
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), exc.headers.get(RUN_ID_HEADER) == run_id
+    except (urllib.error.URLError, OSError):
+        return None
 
 
 def _exit_reason(label: str, status: int, host: str, ports: list[Listener]) -> str:
@@ -221,21 +233,16 @@ def _caught_up_workers(control_url: str, run_id: str, metrics_key: str, heard_si
     # The key's UTF-8 bytes, which control compares (assetcdn/shared/secrets.py `secret_matches`): http.client writes
     # a header as Latin-1, so they are handed over as the Latin-1 text of those bytes.
     authorization = f"Bearer {metrics_key}".encode().decode("latin-1")
-    request = urllib.request.Request(control_url + "/api/health?deep=1",
-                                     headers={RUN_ID_HEADER: run_id, "Authorization": authorization})
     try:
-        with _OWN_CHILDREN.open(request, timeout=5) as resp:  # noqa: S310 (loopback/operator URL)
-            body, ours = resp.read(), resp.headers.get(RUN_ID_HEADER) == run_id
-    except urllib.error.HTTPError as exc:
-        body, ours = exc.read(), exc.headers.get(RUN_ID_HEADER) == run_id  # degraded (503) still lists them
-        if ours and exc.code == 401:  # asking again cannot help: said now, not as workers missing after the wait
-            raise StartupFailed(METRICS_KEY_REFUSED) from None
+        answer = _health_answer(control_url + "/api/health?deep=1", run_id, timeout_s=5,
+                                Authorization=authorization)
     except ValueError:  # a line break in the key, which no header carries; http.client's message holds the key
         raise StartupFailed(METRICS_KEY_REFUSED) from None
-    except (urllib.error.URLError, OSError):
+    if answer is None or not answer[2]:
         return set()
-    if not ours:
-        return set()
+    status, body, _ = answer
+    if status == 401:  # asking again cannot help: said now, not as workers missing after the wait
+        raise StartupFailed(METRICS_KEY_REFUSED)
     heard_within = time.monotonic() - heard_since  # once answered: a slow answer does not leave out a worker
     try:
         edges = json.loads(body).get("edges") or []
@@ -273,16 +280,11 @@ def _wait_workers_caught_up(control_url: str, run_id: str, metrics_key: str, wor
 def _chat_ready(control_url: str, run_id: str) -> bool:
     """Whether this run's control says its chat answers without warming up (a control that does not say
     counts as ready)."""
-    request = urllib.request.Request(control_url + "/api/health", headers={RUN_ID_HEADER: run_id})
-    try:
-        with _OWN_CHILDREN.open(request, timeout=2) as resp:  # noqa: S310 (loopback/operator URL)
-            body = resp.read()
-    except urllib.error.HTTPError as exc:
-        body = exc.read()   # degraded (503) still says whether the chat is ready
-    except (urllib.error.URLError, OSError):
+    answer = _health_answer(control_url + "/api/health", run_id)
+    if answer is None:
         return False
     try:
-        return bool(json.loads(body).get("chat", "ready") == "ready")
+        return bool(json.loads(answer[1]).get("chat", "ready") == "ready")
     except (ValueError, AttributeError):
         return False
 
