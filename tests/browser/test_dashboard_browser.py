@@ -1343,12 +1343,8 @@ DROP = """(() => {{ const transfer = new DataTransfer();
 async def test_a_long_file_name_is_shown_whole_in_files(site: Site, browser: DashboardBrowser) -> None:
     """A file name longer than its column was cut short with an ellipsis in Files' list and in an upload's progress
     line, whole only in a title on hover: a phone or the keyboard could not read it. It wraps, whole."""
-    async with ClientSession() as client:
-        await create_zone(site, client)
-        await store_pngs(site, client, LONG_NAME)
-    page, base = browser, site.base
-    await sign_in_with_password(page, base)
-    await open_view(page, base, f"files/{ZONE}/v1/logos", f"!!document.querySelector('#file-list tr[data-name=\"{LONG_NAME}\"]')")
+    page = browser
+    await files_with(site, page, LONG_NAME, last=LONG_NAME)
     for phone in (False, True):
         if phone:
             await page.as_phone()
@@ -1461,6 +1457,19 @@ async def store_pngs(site: Site, client: ClientSession, *names: str) -> None:
         assert resp.status == 201, await resp.text()
 
 
+async def files_with(site: Site, page: DashboardBrowser, *names: str, last: str, phone: bool = False) -> None:
+    """The zone ZONE with PNGs `names` in v1/logos, signed in (on a phone's screen with `phone`), Files open on that
+    folder once the row of `last` is listed."""
+    async with ClientSession() as client:
+        await create_zone(site, client)
+        await store_pngs(site, client, *names)
+    await sign_in_with_password(page, site.base)
+    if phone:
+        await page.as_phone()
+    await open_view(page, site.base, f"files/{ZONE}/v1/logos",
+                    f"!!document.querySelector('#file-list tr[data-name={json.dumps(last)}]')")
+
+
 async def delete_with_the_keyboard(page: DashboardBrowser, delete: str, gone: str, holder: str) -> None:
     """A Delete button (`delete`, a JavaScript expression) pressed with Enter, its confirmation (opened on Cancel)
     answered with Tab and Enter; once `gone` holds, the focus is on the list `holder` (an id), not at the page's start."""
@@ -1477,13 +1486,8 @@ async def test_a_file_chosen_on_a_phone_shows_its_preview(site: Site, browser: D
     """On a phone the preview is below the folder's list: a file chosen further down a long folder (with a tap, or Enter
     on its name) filled a preview out of sight, and nothing seemed to happen; the focus stayed in the list, the preview's
     buttons a list's worth of Tabs away. The preview is brought into sight and takes the focus (its heading)."""
-    async with ClientSession() as client:
-        await create_zone(site, client)
-        await store_pngs(site, client, *(f"logo-{i:02}.png" for i in range(14)))
-    page, base = browser, site.base
-    await sign_in_with_password(page, base)
-    await page.as_phone()
-    await open_view(page, base, f"files/{ZONE}/v1/logos", "!!document.querySelector('#file-list tr[data-name=\"logo-13.png\"]')")
+    page = browser
+    await files_with(site, page, *(f"logo-{i:02}.png" for i in range(14)), last="logo-13.png", phone=True)
     await page.js("document.querySelector('#file-list tr[data-name=\"logo-13.png\"] button.link').focus()")
     await page.press("Enter")
     await page.wait_for("document.querySelector('#preview h2')?.textContent === 'logo-13.png'")
@@ -1528,12 +1532,8 @@ async def test_the_link_to_a_view_whose_address_it_changed_opens_it_again(site: 
 async def test_enter_in_a_confirmation_without_a_field_cancels(site: Site, browser: DashboardBrowser) -> None:
     """A deletion's confirmation opened with the focus on Delete, so Enter pressed once more (or held) on the row's
     Delete button deleted the file. The focus is on Cancel: Enter keeps the file; Delete is still a Tab away."""
-    async with ClientSession() as client:
-        await create_zone(site, client)
-        await store_pngs(site, client, IMAGE)
-    page, base = browser, site.base
-    await sign_in_with_password(page, base)
-    await open_view(page, base, f"files/{ZONE}/v1/logos", f"!!document.querySelector('#file-list tr[data-name=\"{IMAGE}\"]')")
+    page = browser
+    await files_with(site, page, IMAGE, last=IMAGE)
     await page.js(f"[...document.querySelectorAll('#file-list tr[data-name=\"{IMAGE}\"] button')]"
                   ".find(b => b.textContent === 'Delete').click()")
     await page.wait_for("!!document.querySelector('dialog[open]')")
