@@ -21,6 +21,7 @@ from assetcdn.edge.app_keys import (
     SECRETS,
     SETTINGS,
 )
+from assetcdn.edge.cache.fill_lock import FILL_LOCK_FILE, NodeFillLock
 from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.edge.control_client import ControlClient
@@ -245,6 +246,11 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         app[NODE] = node
         node.origins.report_to(app[METRICS])
         flights = app[pull.FLIGHTS]
+        if identity.workers > 1 and node.shields.shares_fills:  # one fill per URL for the edge's workers
+            fill_lock = NodeFillLock.open(identity.cache_dir / FILL_LOCK_FILE)
+            if fill_lock is not None:
+                opened.callback(fill_lock.close)
+                flights.share_fills(fill_lock, node.origins.limits)
         metrics = app[METRICS]
         deliveries = node.deliveries
         metrics.follow_counts([(metrics.fill_waiters.labels(metrics.kind), lambda: flights.waiters),

@@ -258,9 +258,6 @@ class OriginResponse:
     # A shield's answer from its own stale copy (assetcdn/edge/shield.py `stale_at_shield`): stale here too,
     # whatever its Age says (a soft purge's staleness is in no field), so kept stale (pull.py `stored_meta`).
     stale: bool = field(default=False)
-    # A shield's answer from another worker of this edge that said it stored it (shield.py `stored_by_shield`): that
-    # worker writes it to the disk tier the two share, so this one keeps it in memory only (pull.py `store`).
-    stored_by_sibling: bool = field(default=False)
 
     async def chunks(self, *, capped: bool = True) -> AsyncIterator[bytes]:
         """The body as it arrives; OriginTimeout when the origin goes quiet for ``idle_timeout_s`` or has made the

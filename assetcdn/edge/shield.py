@@ -128,18 +128,6 @@ def stale_at_shield(headers: list[tuple[str, str]]) -> bool:
     return "fwd" in parameters or (ttl.removeprefix("-").isdigit() and int(ttl) <= 0)
 
 
-def stored_by_shield(member: str) -> bool:
-    """Whether a shield's own Cache-Status `member` says it answered with what it fetched from the origin and stores
-    (`fwd`, `stored`: assetcdn/edge/states/pull.py `fill_cache_status`), not from its cache or another request's
-    fill (`hit`, `collapsed`), for a URL it found no copy of (`fwd=uri-miss`): the disk tier then holds no older
-    response under the key. One fetched again (`fwd=request`: a client's no-cache, a browser's reload; `fwd=stale`)
-    replaces a row there, which the asking worker would read back, and serve, were its copy evicted before the
-    shield's batch lands (a busy disk writer) or that batch lost (the shield worker killed before it)."""
-    parameters = {name.strip().lower(): value.strip() for name, _, value in
-                  (parameter.partition("=") for parameter in member.split(";")[1:])}
-    return "stored" in parameters and parameters.get("fwd") == "uri-miss" and "hit" not in parameters
-
-
 # The Cache-Status `detail` of a shield's answer that says its origin gave no answer (assetcdn/edge/states/pull.py
 # `origin_failed`), and whether it was for want of time.
 ORIGIN_FAILURES = {"origin-timeout": True, "origin-unreachable": False}
@@ -168,10 +156,11 @@ class Shields:
         self._configured = Peer(configured, configured) if self.mode == "configured" else None
         self._retry_s = float(section["shield_retry_s"])
         self._member = member
-        # The member names of this edge's other workers begin so (`edge-1/0`, `edge-1/1`): with `shield_siblings`
-        # off none of them is a shield of this worker's fills (they share its disk tier, and their own purges).
-        self._sibling_prefix = member.rpartition("/")[0] + "/"
-        self._siblings = None if section["shield_siblings"] else self._sibling_prefix
+        # The member names of this edge's other workers begin so (`edge-1/0`, `edge-1/1`): none of them is a shield
+        # of this worker's fills (they share its disk tier, and their own purges). With `shield_siblings` the
+        # workers take turns at a URL's fill instead, by the edge's fill lock (`shares_fills`).
+        self._siblings = member.rpartition("/")[0] + "/"
+        self.shares_fills = self.mode == "fleet" and bool(section["shield_siblings"])
         self._secret = secret
         self._origins = origins
         self._edges = edges
@@ -203,8 +192,9 @@ class Shields:
     def shield_for(self, tag: str) -> Peer | None:
         """The shield of a pull zone path (its path tag: every query string of a path has the same shield, so
         an invalidation of the path reaches the one edge worker that may hold it); None when this worker is
-        it, or shielding is off, or (``[origin] shield_siblings`` off) it is another worker of this edge: this
-        worker fills it itself, and an invalidation here reaches that worker through the node's purge log."""
+        it, or shielding is off, or it is another worker of this edge: this worker fills it itself (with
+        ``[origin] shield_siblings``, taking turns with the other workers: assetcdn/edge/cache/fill_lock.py), and an
+        invalidation here reaches that worker through the node's purge log."""
         if self._configured is not None:
             return None if self._configured_is_self or self._configured.url == self.own_url else self._configured
         if self.mode == OFF:
@@ -212,7 +202,7 @@ class Shields:
         peer = rendezvous(tag, self.peers())
         if peer is None or peer.name == self._member:
             return None
-        return None if self._siblings is not None and peer.name.startswith(self._siblings) else peer
+        return None if peer.name.startswith(self._siblings) else peer
 
     def status(self) -> dict[str, object]:
         """What health shows: how shields are chosen, among how many workers, and how many are marked down."""
@@ -309,12 +299,6 @@ class Shields:
             if response.status != 304 or "If-None-Match" in headers or "If-Modified-Since" in headers:
                 response.body_failed = partial(self._mark_down, peer)  # a body it cuts short: passed over too
                 response.stale = stale_at_shield(response.headers)
-                # Another worker of this edge (the fleet's choice names it: a configured address is never taken for
-                # one) that stores its fill in the disk tier this worker reads: this worker's copy need not be
-                # written there a second time, nor its client wait for that write.
-                response.stored_by_sibling = (response.status == 200 and not response.stale
-                                              and peer.name.startswith(self._sibling_prefix)
-                                              and self._configured is None and stored_by_shield(member))
                 return response
             # A 304 to a request with no validators answers nothing this edge asked: a shield that is wrong.
             response.release()

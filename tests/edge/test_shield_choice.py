@@ -45,11 +45,11 @@ def test_a_worker_joining_takes_only_urls_and_one_leaving_gives_away_only_its_ow
 
 
 @pytest.mark.parametrize("siblings", [True, False])
-def test_with_shield_siblings_off_a_worker_fills_what_its_own_edge_shields_and_asks_other_edges(
-        siblings: bool) -> None:
-    """`[origin] shield_siblings = false`: the URLs the fleet's choice gives to another worker of this edge (edge-1)
-    are this worker's to fetch (None: it asks the origin itself); those of other edges' workers still go to them.
-    On (the default) a sibling is a shield as any other worker is."""
+def test_a_worker_fills_what_its_own_edge_shields_and_asks_other_edges(siblings: bool) -> None:
+    """The URLs the fleet's choice gives to another worker of this edge (edge-1) are this worker's to fetch (None: it
+    asks the origin itself, with `[origin] shield_siblings` taking turns with that worker by the edge's fill lock),
+    never asked of that worker; those of other edges' workers still go to them. Only the shared fills follow the
+    setting."""
     settings = load_settings(environ={"ASSETCDN_ORIGIN_SHIELD_SIBLINGS": str(siblings).lower()})
     here = Shields(settings, "edge-1/0", "secret", OriginClient(OriginLimits()), lambda: tuple(
         (peer.name, peer.url) for peer in FLEET), lambda: 1)
@@ -57,9 +57,20 @@ def test_with_shield_siblings_off_a_worker_fills_what_its_own_edge_shields_and_a
     by_sibling = [key for key, peer in chosen.items() if peer is not None and peer.name == "edge-1/1"]
     elsewhere = [key for key, peer in chosen.items() if peer is not None and not peer.name.startswith("edge-1/")]
     assert by_sibling and elsewhere
-    assert {here.shield_for(key) for key in by_sibling} == ({FLEET[3]} if siblings else {None})
+    assert {here.shield_for(key) for key in by_sibling} == {None}
+    assert here.shares_fills is siblings
     assert all(here.shield_for(key) == chosen[key] for key in elsewhere)
     assert all(here.shield_for(key) is None for key, peer in chosen.items() if peer == FLEET[2])  # its own
+
+
+@pytest.mark.parametrize("shield", ["off", "http://10.0.0.21:9788"])
+def test_the_workers_of_an_edge_share_fills_only_with_the_fleets_choice(shield: str) -> None:
+    """With shielding off every worker asks the origin itself, as the setting says; with a configured shield the
+    workers ask it (maybe a worker of this very edge, which must not wait for the worker that asks it)."""
+    settings = load_settings(environ={"ASSETCDN_ORIGIN_SHIELD": shield})
+    here = Shields(settings, "edge-1/0", "secret", OriginClient(OriginLimits()), lambda: tuple(
+        (peer.name, peer.url) for peer in FLEET), lambda: 1)
+    assert here.shares_fills is False
 
 
 @pytest.mark.parametrize("value", ["ftp://10.0.0.21:9788", "10.0.0.21:9788", "http://10.0.0.21:9788/path",

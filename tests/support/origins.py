@@ -22,6 +22,7 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.pull import StoredResponse, Varied, lookup
+from tests.integration.harness import free_port_block
 from tests.support.cdn import Cdn, shared_cdn_apps
 from tests.support.control import ACCOUNT
 from tests.support.hit_cdn import HitCdn, shared_hit_cdn
@@ -218,12 +219,23 @@ async def origin_app(app: web.Application) -> AsyncIterator[str]:
         await server.close()
 
 
+def sibling_as_shield() -> dict[str, str]:
+    """Settings for a two-worker edge whose second worker is the configured shield of every path (`[origin] shield`
+    at its cluster address): the first worker asks it over the cluster protocol, as an edge asks another edge's
+    shield, which the fleet's choice never has a worker of the same edge do."""
+    base = free_port_block(2)
+    return {"ASSETCDN_EDGE_CLUSTER_PORT": str(base), "ASSETCDN_ORIGIN_SHIELD": f"http://127.0.0.1:{base + 1}"}
+
+
 @asynccontextmanager
 async def pull_zone_on_hit_cdn(directory: Path, zone: str, *, workers: int = 0, store_set_cookie: bool = False,
-                               **env: str) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
+                               sibling_shield: bool = False, **env: str) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
     """A hit-path edge (tests/support/hit_cdn.py, `workers` as `start_hit_cdn` takes it) with pull zone `zone`
     in front of a scripted origin (`StoreSetCookie` as `store_set_cookie`), once every worker has the zone; `env`:
-    settings beside loopback origins being allowed."""
+    settings beside loopback origins being allowed. `sibling_shield`: the second worker the configured shield
+    (`sibling_as_shield`)."""
+    if sibling_shield:  # its second worker the shield of every path
+        env = {**env, **sibling_as_shield()}
     origin = ScriptedOrigin()
     server = await serve_origin(origin)
     try:

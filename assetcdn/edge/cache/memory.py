@@ -386,11 +386,6 @@ class MemoryTier:
         with self._lock:
             return self._remove(key) | self._unvictim(key)
 
-    def awaits_writer(self, key: str) -> bool:
-        """Whether an entry under ``key`` waits for this worker's disk writer (``queued``) or is in its batch under
-        way (lock-free: two look-ups)."""
-        return key in self._queued or key in self.in_flight
-
     def queued_older(self, key: str, stored_at: float) -> CachedObject | None:
         """The entry under ``key`` (or its victim) stored before ``stored_at`` that waits for the disk writer
         (``queued``); None when there is none."""

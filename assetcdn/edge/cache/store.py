@@ -509,7 +509,6 @@ class EdgeCache:
         *,
         writer: Executor,
         since: int | None = None,
-        stored_elsewhere: bool = False,
     ) -> tuple[CachedObject, asyncio.Future[None] | None] | None:
         """Store a body the memory tier takes (``memory.accepts``) in memory now, and on disk in the next batch
         `writer` runs (assetcdn/edge/cache/write_behind.py): no I/O here, so it is called on the event loop.
@@ -523,16 +522,10 @@ class EdgeCache:
         ones nobody read since their fill meanwhile, assetcdn/edge/cache/memory.py); so does a fill queued because the
         disk tier may hold its key (evicted before its batch, it waits among the victims, never let go).
         ``since``: as ``put`` takes it; None too once a purge was published since that mark, so that the caller's
-        ``put`` reads the purge log off the event loop (here only the mark is read).
-        ``stored_elsewhere``: another worker of this node stores this very response in the disk tier they share (the
-        URL's shield, which said so: assetcdn/edge/shield.py `stored_by_shield`). The entry is then a copy of that
-        worker's row, never queued here (no second write of the same bytes, no notice that would drop that worker's
-        memory copy, no wait for this worker's writer); evicted, it goes, and the row is read back. Unless an entry of
-        this worker under the key waits for its writer: that one's write is ordered against the other's as usual."""
+        ``put`` reads the purge log off the event loop (here only the mark is read)."""
         if since is not None and self._purges.mark() != since:
             return None
         alone = self.alone
-        elsewhere = stored_elsewhere and not alone and not self.memory.awaits_writer(key)
         # Memory-only unless the disk tier may hold an older response under the key, or will once the writer's
         # batch under way commits: gone unwritten (a purge of its own tags, the victims' bound, let go unread), this
         # one would let that older body be served again.
@@ -547,8 +540,6 @@ class EdgeCache:
         if since is not None and self._purges.mark() != since:  # published as it went in: `put` decides
             self._forget(obj)
             return None
-        if elsewhere:
-            return obj, None
         # The writer behind the evictions: queued now (a victim if evicted before its batch), and waited for; so is a
         # fill queued because the disk tier may hold the key, which is never let go once evicted (MemoryTier.queued).
         pressing = self.memory.victims_pressing

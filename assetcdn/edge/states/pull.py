@@ -47,6 +47,7 @@ from yarl import URL
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.cache.disk import damaged_file
 from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.cache.fill_lock import NodeFillLock, key_offset
 from assetcdn.edge.cache.store import READ_FAILURES, SOFT_PURGED, PurgedMeanwhile
 from assetcdn.edge.cache.tags import path_tag_zone, public_tags, pull_path_tag
 from assetcdn.edge.cdn_loop import came_back, loop_detected
@@ -223,6 +224,10 @@ Selected = tuple[tuple[str, ...], str]
 # The origin requests a fill may make before it knows its answer: the path's shield, then the origin (assetcdn/edge/
 # shield.py `Shields.fill`), each within the first-byte time.
 FLIGHT_ATTEMPTS = 2
+# How often a request waiting for another worker's fill of its URL looks whether that worker let go of it
+# (`Flights._sibling_fill`): soon after it began, then at most every SIBLING_POLL_MAX_S.
+SIBLING_POLL_FIRST_S = 0.001
+SIBLING_POLL_MAX_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +261,19 @@ class Flights:
         self.waiters = 0
         # The application's loop, taken at the first flight: an application runs on one loop for its life.
         self._loop: asyncio.AbstractEventLoop | None = None
+        # On an edge whose workers share their fills (`share_fills`): the edge's fill lock, the byte each flight
+        # this worker leads holds, and the tasks watching the fills of other workers this worker's requests wait for.
+        self._node_lock: NodeFillLock | None = None
+        self._sibling_patience_s = 0.0
+        self._locked: dict[str, int] = {}
+        self._watching: set[asyncio.Task[None]] = set()
+
+    def share_fills(self, lock: NodeFillLock, limits: OriginLimits) -> None:
+        """Lead no flight another worker of this edge leads for the same key (assetcdn/edge/cache/fill_lock.py):
+        its requests wait for that worker's fill to be stored, as for one of this worker's own, at most as long as
+        they would wait for one of this worker's flights to land and keep its body."""
+        self._node_lock = lock
+        self._sibling_patience_s = flight_patience_s(limits) + body_patience_s(limits)
 
     def join(self, key: str, revalidating: float | None = None) -> asyncio.Future[Landing] | None:
         """The flight to wait for, or None: the caller leads, and must `land` the key. `revalidating`: as `lead`
@@ -265,15 +283,52 @@ class Flights:
         if future is not None and revalidating is not None and self._brought(key, future, revalidating):
             future = None
         if future is None:
-            loop = self._loop
-            if loop is None:
-                loop = self._loop = asyncio.get_running_loop()
-            self._waiting[key] = loop.create_future()
-            self._joined[key] = 0
-            self._began[key] = time.time()
-        else:
-            self._joined[key] += 1
+            future = self._begin(key)
+            if future is None:
+                return None
+        self._joined[key] += 1
         return future
+
+    def _begin(self, key: str) -> asyncio.Future[Landing] | None:
+        """A new flight of the key: None when the caller leads it, else the flight of another worker of this edge
+        that fills the key now, which the caller (and this worker's requests for the key meanwhile) wait for: landed
+        at once, its body kept once that worker's fill is stored and it lets go of the key (`_sibling_fill`)."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        future: asyncio.Future[Landing] = loop.create_future()
+        self._waiting[key] = future
+        self._joined[key] = 0
+        self._began[key] = time.time()
+        lock = self._node_lock
+        if lock is None:
+            return None
+        offset = key_offset(key)
+        if lock.take(offset):
+            self._locked[key] = offset
+            return None
+        kept: Kept = loop.create_future()
+        future.set_result(Landing(kept))
+        kept.add_done_callback(lambda _kept: self._forget(key, future))
+        task = loop.create_task(self._sibling_fill(lock, offset, kept))
+        self._watching.add(task)
+        task.add_done_callback(self._watching.discard)
+        return future
+
+    async def _sibling_fill(self, lock: NodeFillLock, offset: int, kept: Kept) -> None:
+        """Done with `kept` once the other worker lets go of the key (its fill stored, on the disk tier this worker
+        reads, or not to be kept), or past `_sibling_patience_s`, when what it kept is left to the waiters' own
+        look-up (a request still waiting then asks the origin itself)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._sibling_patience_s
+        delay = SIBLING_POLL_FIRST_S
+        try:
+            while lock.held_elsewhere(offset) and loop.time() < deadline:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, SIBLING_POLL_MAX_S)
+        finally:
+            if not kept.done():
+                kept.set_result(True)
 
     def joined(self, key: str) -> int:
         """How many requests joined the key's flight under way (0 when none is): they share its one origin request."""
@@ -290,7 +345,8 @@ class Flights:
         future = self._waiting.get(key)
         if future is not None and (revalidating is None or not self._brought(key, future, revalidating)):
             return None
-        self.join(key, revalidating)
+        if self._begin(key) is not None:  # another worker of this edge fills it: this worker's requests wait for it
+            return None
         return self.landing(key)
 
     def _brought(self, key: str, future: asyncio.Future[Landing], arrived: float) -> bool:
@@ -330,6 +386,9 @@ class Flights:
             del self._waiting[key]
             del self._joined[key]
             del self._began[key]
+            offset = self._locked.pop(key, None)
+            if offset is not None and self._node_lock is not None:  # the fill is stored: the other workers look
+                self._node_lock.release(offset)
 
 
 def flight_key(url_key: str, zone: PullZone) -> str:
@@ -1432,10 +1491,7 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
             if vary and (url_entry := cache.put_behind(url_key, b"", "", "", marker_tags, marker,
                                                        writer=node.stores, since=since)) is not None:
                 pending.append(url_entry[1])
-            # A sibling shield's fill (not a Vary'd one: its variant's key depends on each worker's own view of the
-            # URL's entry) is written to the shared disk tier by that sibling: kept in memory only here.
-            kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=node.stores, since=since,
-                                    stored_elsewhere=response.stored_by_sibling and not vary)
+            kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=node.stores, since=since)
             if kept is not None:
                 for written in (*pending, kept[1]):
                     if written is not None:

@@ -41,7 +41,13 @@ from tests.support.control import METRICS
 from tests.support.feeds import record_feeds, waits_for_its_fill
 from tests.support.h2_memory import H2InProcess, MemoryHttp11
 from tests.support.hit_cdn import READ_S, HitCdn, RawConnection, Response, request_bytes
-from tests.support.origins import LONG, PREFIX, ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
+from tests.support.origins import (
+    LONG,
+    PREFIX,
+    ScriptedOrigin,
+    pull_zone_on_hit_cdn,
+    stored_url,
+)
 from tests.support.raw_origin import KEPT, zone_before
 from tests.support.sockets import read_then_reset, slow_reader
 from tests.support.wait import wait_until
@@ -543,12 +549,12 @@ async def test_an_empty_body_and_a_body_after_its_head_are_answered_as_the_appli
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def two_workers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FillCdn]:
     async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-fills-shielded"), ZONE, workers=2,
-                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600") as (cdn, origin):
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600", sibling_shield=True) as (cdn, origin):
         yield FillCdn(cdn, origin)
 
 
 def shielded_by_the_other_worker(cdn: HitCdn, count: int) -> list[str]:
-    """Paths whose shield is not the hit site's worker (on a two-worker edge: the other one)."""
+    """Paths whose shield is not the hit site's worker (`two_workers`: the other one, the configured shield)."""
     shields = cdn.node.shields
     names = (f"/shielded-{i}.bin" for i in itertools.count())
     return list(itertools.islice(

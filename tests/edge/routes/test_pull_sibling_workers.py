@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from email.utils import formatdate
+from functools import partial
 from typing import Any
 
 import pytest
@@ -124,12 +125,20 @@ async def test_a_head_one_worker_refreshes_by_a_304_is_the_one_its_sibling_serve
     there.close()
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def sibling_shield(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
+    """Two workers, the second the configured shield of every path (tests/support/origins.py `sibling_as_shield`)."""
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-sibling-shield"), ZONE, workers=2,
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600", sibling_shield=True) as both:
+        yield both
+
+
 async def test_a_shield_leaves_the_cookies_of_its_answer_to_the_asking_worker_to_judge(
-        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
+        sibling_shield: tuple[HitCdn, ScriptedOrigin]) -> None:
     """Which cookies an origin may set is judged for the host a client asked (pull.client_headers): a shield's
     answer to another worker carries every one, so that a client on the zone's custom domain gets them all through
     a shield too, and one on the tenant host none naming another host."""
-    cdn, origin = two_workers
+    cdn, origin = sibling_shield
     domain = "cookies.pulled-siblings.example"
     resp = await cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain}, headers=ACCOUNT)
     assert resp.status == 201, await resp.text()
@@ -159,129 +168,10 @@ async def test_a_shield_leaves_the_cookies_of_its_answer_to_the_asking_worker_to
     assert {host: (answer.status, answer.header("X-Cache"), answer.headers.getall("Set-Cookie", []))
             for host, answer in answers.items()} == {domain: (200, "PASS", cookies[:3]),
                                                      tenant: (200, "PASS", cookies[1:3])}
-    # Both came through the sibling, the path's shield: its member of Cache-Status before this worker's.
+    # Both came through the sibling, the shield: its member of Cache-Status before this worker's.
     assert all(answer.headers.getall("Cache-Status")[0].startswith(SHIELD_CACHE) for answer in answers.values())
     assert origin.count(name) == 2
     conn.close()
-
-
-class HeldWriter:
-    """The first worker's disk batches (the sibling's, given `sibling`) held back (never handed to its writer) until
-    `release`: the fills that wait for one show it (`held`). Held by the hand-over, not inside the writer thread,
-    which the other worker's batches run in too in this process."""
-
-    def __init__(self, cdn: HitCdn, sibling: int | None = None) -> None:
-        node = cdn.node if sibling is None else cdn.siblings[sibling][NODE]
-        self.writes = node.cache._writes
-        self.submit = self.writes._submit
-        self.held = asyncio.Event()
-        self.writers: list[Any] = []
-        self.writes._submit = self.hold  # type: ignore[method-assign]
-
-    def hold(self, writer: Any) -> None:
-        self.writers.append(writer)
-        self.held.set()
-
-    def release(self) -> None:
-        self.writes._submit = self.submit  # type: ignore[method-assign]
-        for writer in self.writers:
-            self.submit(writer)
-
-
-@pytest.mark.parametrize("site", ["hit path", "application"])
-async def test_a_fill_through_the_sibling_shield_does_not_wait_for_this_workers_disk_write(
-        two_workers: tuple[HitCdn, ScriptedOrigin], site: str) -> None:
-    """A new URL whose shield is the sibling: the sibling fetches it and stores it in the disk tier the two share, so
-    the worker the client reached keeps the sibling's answer in memory only. Its client has the answer while that
-    worker's disk writer gets nothing (held back here: a fill that waited for its batch would never be answered);
-    that worker answers the next request from its copy, the sibling from its own, the origin asked once."""
-    cdn, origin = two_workers
-    name = siblings_path(cdn, f"through-sibling-{site.replace(' ', '-')}")
-    origin.answer(name, b"filled by the shield", headers={"Cache-Control": "max-age=600", "ETag": '"s"'})
-    here = await (cdn.connect() if site == "hit path" else cdn.plain())
-    there = await cdn.sibling()
-    writer = HeldWriter(cdn)
-    waiting = asyncio.create_task(writer.held.wait())
-    answering = asyncio.create_task(here.request(f"/{ZONE}{name}"))
-    try:
-        await asyncio.wait((answering, waiting), return_when=asyncio.FIRST_COMPLETED)
-        assert not writer.held.is_set(), "the fill waited for this worker's disk batch"
-        first = answering.result()
-        assert (first.status, first.header("X-Cache"), first.body) == (200, "MISS", b"filled by the shield")
-        assert first.headers.getall("Cache-Status")[0].startswith(SHIELD_CACHE)  # the sibling's fill
-        again = await here.request(f"/{ZONE}{name}")
-        assert (again.header("X-Cache"), again.body) == ("HIT", b"filled by the shield")
-        assert not writer.held.is_set()
-    finally:
-        waiting.cancel()
-        writer.release()
-        await asyncio.gather(answering, return_exceptions=True)
-    await on_disk(cdn, name, '"s"')  # the sibling's row
-    held = await there.request(f"/{ZONE}{name}")
-    assert (held.header("X-Cache"), held.body) == ("HIT", b"filled by the shield")
-    after = await here.request(f"/{ZONE}{name}")
-    assert (after.header("X-Cache"), after.body) == ("HIT", b"filled by the shield")
-    assert origin.count(name) == 1
-    here.close()
-    there.close()
-
-
-async def test_a_varied_fill_through_the_sibling_shield_is_written_by_this_worker_too(
-        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
-    """A Vary'd answer through the sibling is stored by the worker the client reached as before (its variant's key
-    depends on that worker's own view of the URL), written to the disk tier before its client has it."""
-    cdn, origin = two_workers
-    name = siblings_path(cdn, "varied-through-sibling")
-    origin.answer(name, b"varied", headers={"Cache-Control": "max-age=600", "ETag": '"v"', "Vary": "Accept-Language"})
-    here = await cdn.plain()
-    writer = HeldWriter(cdn)
-    answering = asyncio.create_task(here.request(f"/{ZONE}{name}", Accept_Language="en"))
-    try:
-        await writer.held.wait()
-        assert not answering.done()
-    finally:
-        writer.release()
-    answer = await answering
-    assert (answer.status, answer.body) == (200, b"varied")
-    here.close()
-
-
-async def test_a_fill_the_sibling_shield_fetched_again_is_written_by_this_worker_too(
-        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
-    """A browser's reload (`no-cache`) through the first worker fetches version two through the sibling, the path's
-    shield, while the disk tier the two share holds version one, fresh. Were that worker to keep version two in memory
-    only, counting on the sibling's batch, a sibling killed before that batch (held back here, never written) would
-    leave version one on disk: once the first worker's copy went (evicted), its clients, who had version two, got
-    version one again, as a hit, until it expired. The first worker writes version two itself then, as it did before
-    it left new URLs' rows to the sibling."""
-    cdn, origin = two_workers
-    name = siblings_path(cdn, "reloaded-through-sibling")
-    origin.answer(name, b"version one", headers={"Cache-Control": "max-age=600", "ETag": '"1"'})
-    here = await cdn.plain()
-    first = await here.request(f"/{ZONE}{name}")
-    assert (first.header("X-Cache"), first.body) == ("MISS", b"version one")
-    await on_disk(cdn, name, '"1"')
-    origin.answer(name, b"version two", headers={"Cache-Control": "max-age=600", "ETag": '"2"'})
-    sibling = HeldWriter(cdn, sibling=0)
-    try:
-        reloaded = await here.request(f"/{ZONE}{name}", Cache_Control="no-cache")
-        assert (reloaded.header("X-Cache"), reloaded.body) == ("MISS", b"version two")
-        assert reloaded.headers.getall("Cache-Status")[0].startswith(f"{SHIELD_CACHE}; fwd=request; stored")
-        key = pull_key(ZONE, name, "")
-        memory = cdn.node.cache.memory
-
-        async def unqueued() -> bool:
-            return not memory.awaits_writer(key)
-
-        # Evicted: an entry no longer waiting for this worker's writer goes (one waiting would wait as a victim).
-        await wait_until(unqueued, "this worker's writes of the URL done")
-        assert memory.discard(key)
-        after = await here.request(f"/{ZONE}{name}")
-        assert (after.header("X-Cache"), after.body) == ("HIT", b"version two")
-    finally:
-        sibling.release()
-    assert origin.count(name) == 2
-    here.close()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -503,12 +393,21 @@ async def siblings_unshielded(tmp_path_factory: pytest.TempPathFactory) -> Async
         yield both
 
 
+async def test_a_worker_fetches_a_path_its_sibling_shields_and_the_sibling_serves_it(
+        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """A path the fleet's choice gives to the sibling is fetched from the origin by the worker the client reached, with
+    no shield hop inside the edge (no shield member in Cache-Status); the sibling then answers it from the shared disk
+    tier, the origin asked once."""
+    await fetched_here_served_there(*two_workers)
+
+
 async def test_with_shield_siblings_off_a_worker_fetches_a_path_its_sibling_shields_and_the_sibling_serves_it(
         siblings_unshielded: tuple[HitCdn, ScriptedOrigin]) -> None:
-    """A path the fleet's choice gives to the sibling is fetched from the origin by the worker the client reached, with
-    no shield hop (no shield member in Cache-Status); the sibling then answers it from the shared disk tier, the
-    origin asked once."""
-    cdn, origin = siblings_unshielded
+    """As with the default: `[origin] shield_siblings` only says whether the workers take turns at a URL's fill."""
+    await fetched_here_served_there(*siblings_unshielded)
+
+
+async def fetched_here_served_there(cdn: HitCdn, origin: ScriptedOrigin) -> None:
     name = siblings_path(cdn, "by-sibling")
     origin.answer(name, b"fetched here", headers={"Cache-Control": "max-age=600", "ETag": '"here"'})
     here, there = await cdn.plain(), await cdn.sibling()
@@ -519,5 +418,77 @@ async def test_with_shield_siblings_off_a_worker_fetches_a_path_its_sibling_shie
     held = await there.request(f"/{ZONE}{name}")
     assert (held.header("X-Cache"), held.body) == ("HIT", b"fetched here")
     assert origin.count(name) == 1
+    here.close()
+    there.close()
+
+
+@pytest.mark.parametrize("site", ["hit path", "application"])
+async def test_a_url_both_workers_miss_at_once_is_fetched_once(
+        two_workers: tuple[HitCdn, ScriptedOrigin], site: str) -> None:
+    """The first worker's fill of a new URL is under way (the origin holds its body back) when the sibling misses it
+    too: the sibling waits for that fill and answers from what it stored, so the origin is asked once
+    (assetcdn/edge/cache/fill_lock.py)."""
+    await both_miss_at_once(*two_workers, site, shared=True)
+
+
+async def test_with_shield_siblings_off_a_url_both_workers_miss_at_once_is_fetched_by_each(
+        siblings_unshielded: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """`[origin] shield_siblings = false`: each worker asks the origin itself."""
+    await both_miss_at_once(*siblings_unshielded, "application", shared=False)
+
+
+async def both_miss_at_once(cdn: HitCdn, origin: ScriptedOrigin, site: str, *, shared: bool) -> None:
+    name = own_shield(cdn, f"at-once-{shared}-{site.replace(' ', '-')}")
+    body = b"one fill for the edge " * 200
+    release = origin.hold(name, body, {"Cache-Control": "max-age=600", "ETag": '"once"',
+                                       "Content-Type": "text/plain"})
+    here = await (cdn.connect() if site == "hit path" else cdn.plain())
+    there = await cdn.sibling()
+    filling = asyncio.create_task(here.request(f"/{ZONE}{name}"))
+
+    async def asked() -> bool:
+        return origin.count(name) == 1
+
+    await wait_until(asked, "the first worker's origin request")
+    waiting = asyncio.create_task(there.request(f"/{ZONE}{name}"))
+    if shared:
+        # The sibling waits for the fill under way: no origin request of its own, no answer before the body is in.
+        await asyncio.sleep(0.3)
+        assert origin.count(name) == 1 and not waiting.done()
+    else:
+        async def asked_twice() -> bool:
+            return origin.count(name) == 2
+
+        await wait_until(asked_twice, "the sibling's own origin request")
+    release.set()
+    first, second = await filling, await waiting
+    assert (first.status, first.header("X-Cache"), first.body) == (200, "MISS", body)
+    assert (second.status, second.body) == (200, body)
+    assert second.header("X-Cache") == ("HIT" if shared else "MISS")
+    assert origin.count(name) == (1 if shared else 2)
+    here.close()
+    there.close()
+
+
+async def test_a_fill_the_sibling_waits_for_that_stores_nothing_sends_it_to_the_origin(
+        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """The first worker's fill is of an answer no cache may keep (`private`): the sibling that waited for it finds
+    nothing stored once that fill lets go of the URL, and asks the origin itself (its answer, not an error)."""
+    cdn, origin = two_workers
+    name = own_shield(cdn, "private-at-once")
+    body = b"for one client " * 100
+    release = origin.hold(name, body, {"Cache-Control": "private", "Content-Type": "text/plain"})
+    here, there = await cdn.plain(), await cdn.sibling()
+    filling = asyncio.create_task(here.request(f"/{ZONE}{name}"))
+
+    async def asked(times: int) -> bool:
+        return origin.count(name) == times
+
+    await wait_until(partial(asked, 1), "the first worker's origin request")
+    waiting = asyncio.create_task(there.request(f"/{ZONE}{name}"))
+    await wait_until(partial(asked, 2), "the sibling's own origin request")
+    release.set()
+    answers = [await filling, await waiting]
+    assert [(answer.status, answer.header("X-Cache"), answer.body) for answer in answers] == [(200, "PASS", body)] * 2
     here.close()
     there.close()

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
+from assetcdn.edge.cache.fill_lock import NodeFillLock, key_offset
 from assetcdn.edge.origin_client import OriginError, OriginLimits, OriginTimeout
-from assetcdn.edge.states.pull import Flights, Kept, await_flight, settle
+from assetcdn.edge.states.pull import (
+    Flights,
+    Kept,
+    await_flight,
+    body_patience_s,
+    flight_patience_s,
+    settle,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -138,3 +147,89 @@ async def test_a_body_the_origin_fails_once_its_head_is_in_gives_the_waiters_tha
     settle(kept, failure)
     assert await waiter is failure
     assert flights.join("k") is None
+
+
+def two_workers(tmp_path: Path, limits: OriginLimits | None = None) -> tuple[Flights, Flights, list[NodeFillLock]]:
+    """The flights of two workers of one edge that share their fills (assetcdn/edge/cache/fill_lock.py)."""
+    locks = [NodeFillLock(tmp_path / "fills.lock") for _ in range(2)]
+    workers = (Flights(), Flights())
+    for flights, lock in zip(workers, locks, strict=True):
+        flights.share_fills(lock, limits or OriginLimits())
+    return workers[0], workers[1], locks
+
+
+async def test_a_worker_waits_for_the_fill_another_worker_of_the_edge_leads_until_it_is_stored(tmp_path: Path) -> None:
+    """The first worker leads the key's fill; the second leads none of its own (the hit path's `lead` gives it none)
+    and its requests wait: the flight they join is landed at once, its body kept once the first worker's answer is
+    stored and its flight over, not at its head. The key is free for either worker's next miss then."""
+    here, there, locks = two_workers(tmp_path)
+    try:
+        assert here.join("k") is None
+        land = here.landing("k")
+        assert there.lead("k") is None
+        waiting = there.join("k")
+        assert waiting is not None and waiting.done()
+        sibling_kept = waiting.result().kept
+        assert sibling_kept is not None
+        kept: Kept = asyncio.get_running_loop().create_future()
+        land(kept)  # the head is in, the body being stored
+        await asyncio.sleep(0.1)
+        assert not sibling_kept.done() and there.join("k") is waiting  # later requests there join the same wait
+        kept.set_result(True)
+        assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
+        assert sibling_kept.result() is True
+        assert there.join("k") is None and here.lead("k") is None  # the second worker's next miss leads
+    finally:
+        for lock in locks:
+            lock.close()
+
+
+async def test_a_fill_that_keeps_nothing_lets_the_other_workers_ask_at_once(tmp_path: Path) -> None:
+    """The first worker's answer is not kept (landed with nothing): the key is let go at its head, and the second
+    worker's waiting requests look up (nothing) and ask the origin themselves."""
+    here, there, locks = two_workers(tmp_path)
+    try:
+        assert here.join("k") is None
+        land = here.landing("k")
+        waiting = there.join("k")
+        assert waiting is not None
+        land(None)
+        assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
+    finally:
+        for lock in locks:
+            lock.close()
+
+
+async def test_a_worker_gone_mid_fill_leaves_no_key_held(tmp_path: Path) -> None:
+    """A worker killed in the middle of a fill holds no key: its open of the lock file goes with it."""
+    here, there, locks = two_workers(tmp_path)
+    try:
+        assert here.join("k") is None
+        waiting = there.join("k")
+        assert waiting is not None
+        locks[0].close()  # as the process's end closes it
+        assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
+        assert there.join("other") is None and there.join("k") is None
+    finally:
+        for lock in locks:
+            lock.close()
+
+
+async def test_a_fill_of_another_worker_is_waited_for_no_longer_than_one_of_this_workers(tmp_path: Path) -> None:
+    """A fill the other worker never ends (its client paces a long body): this worker's requests wait for it as long
+    as for one of its own flights to land and keep its body, then look up and ask the origin themselves."""
+    limits = OriginLimits(first_byte_timeout_s=0.02, body_timeout_s=0.02)
+    here, there, locks = two_workers(tmp_path, limits)
+    try:
+        assert here.join("k") is None
+        waiting = there.join("k")
+        assert waiting is not None
+        kept = waiting.result().kept
+        assert kept is not None
+        began = time.monotonic()
+        assert await asyncio.wait_for(asyncio.shield(kept), 5) is True
+        assert time.monotonic() - began >= flight_patience_s(limits) + body_patience_s(limits) - 0.01
+        assert locks[0].held_elsewhere(key_offset("k")) is False and locks[1].held_elsewhere(key_offset("k"))
+    finally:
+        for lock in locks:
+            lock.close()

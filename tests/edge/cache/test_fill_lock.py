@@ -1,0 +1,79 @@
+"""The edge's fill lock (assetcdn/edge/cache/fill_lock.py): one byte per URL that one worker of the edge holds while
+it fills the URL, which the others see taken."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assetcdn.edge.cache import fill_lock
+from assetcdn.edge.cache.fill_lock import NodeFillLock, key_offset
+
+
+def test_two_opens_of_the_file_see_each_others_bytes(tmp_path: Path) -> None:
+    """Each worker's open is its own holder, even in one process (as the tests run several workers)."""
+    first, second = NodeFillLock(tmp_path / "fills.lock"), NodeFillLock(tmp_path / "fills.lock")
+    try:
+        offset = key_offset("pulled/a.txt")
+        assert first.take(offset) and not second.take(offset) and second.held_elsewhere(offset)
+        assert not first.held_elsewhere(offset)  # its own
+        assert second.take(key_offset("pulled/b.txt"))  # another URL's byte
+        first.release(offset)
+        assert not second.held_elsewhere(offset) and second.take(offset) and first.held_elsewhere(offset)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_two_keys_of_one_worker_on_one_byte_hold_it_till_both_are_done(tmp_path: Path) -> None:
+    """Flights of one worker whose keys share a byte (`take` counts them): the byte is the other worker's only once
+    both are over."""
+    first, second = NodeFillLock(tmp_path / "fills.lock"), NodeFillLock(tmp_path / "fills.lock")
+    try:
+        assert first.take(7) and first.take(7)
+        assert not second.take(7) and second.held_elsewhere(7)
+        first.release(7)
+        assert second.held_elsewhere(7)
+        first.release(7)
+        assert not second.held_elsewhere(7) and second.take(7) and first.held_elsewhere(7)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_closed_lock_holds_nothing_and_keeps_no_fill_waiting(tmp_path: Path) -> None:
+    first, second = NodeFillLock(tmp_path / "fills.lock"), NodeFillLock(tmp_path / "fills.lock")
+    try:
+        assert first.take(9)
+        first.close()
+        assert not second.held_elsewhere(9) and second.take(9)
+        assert first.take(9) and not first.held_elsewhere(9)  # a stopping worker's fills go on
+    finally:
+        second.close()
+
+
+def test_a_file_system_without_these_locks_lets_fills_go_on_each_on_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A lock the file system refuses (not busy: unsupported) is given up, logged once: no fill fails for it."""
+    lock = NodeFillLock(tmp_path / "fills.lock")
+
+    def refused(*_args: Any) -> bytes:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fill_lock.fcntl, "fcntl", refused)
+    with caplog.at_level(logging.WARNING, logger=fill_lock.__name__):
+        assert lock.take(1) and lock.take(2) and not lock.held_elsewhere(3)
+    assert len([r for r in caplog.records if "cannot be taken" in r.getMessage()]) == 1
+    lock.release(1)
+    lock.close()
+
+
+def test_a_lock_file_that_cannot_be_opened_leaves_each_worker_filling_on_its_own(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger=fill_lock.__name__):
+        assert NodeFillLock.open(tmp_path / "missing" / "fills.lock") is None
+    assert "cannot be opened" in caplog.text
