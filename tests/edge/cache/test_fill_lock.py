@@ -4,6 +4,7 @@ it fills the URL, which the others see taken."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def test_a_file_system_without_these_locks_lets_fills_go_on_each_on_its_own(
     def refused(*_args: Any) -> bytes:
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(fill_lock.fcntl, "fcntl", refused)
+    monkeypatch.setattr(fcntl, "fcntl", refused)
     with caplog.at_level(logging.WARNING, logger=fill_lock.__name__):
         assert lock.take(1) and lock.take(2) and not lock.held_elsewhere(3)
     assert len([r for r in caplog.records if "cannot be taken" in r.getMessage()]) == 1
