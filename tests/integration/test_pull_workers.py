@@ -1,0 +1,82 @@
+"""The workers of one edge, each its own process under a real `assetcdn up`, take turns at a URL's fill
+(assetcdn/edge/cache/fill_lock.py): new URLs asked of the edge on several connections at once, which the
+kernel spreads over its two workers, each cost the origin one request, and no worker asks the other for one
+over the cluster protocol (no shield member in Cache-Status)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.integration.harness import ACCOUNT, RunningCdn, start_cdn
+from tests.support.origins import origin_app
+
+pytestmark = pytest.mark.integration
+
+OBJECTS = 120
+AT_ONCE = 4          # connections asking for each object together
+WAIT_S = 60.0        # bound of the wait for the zone to reach both workers (never asserted as a duration)
+
+
+@pytest.fixture(scope="module")
+def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
+    running = start_cdn(tmp_path_factory.mktemp("pull-workers"), workers=2,
+                        env_extra={"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
+    yield running
+    running.stop()
+
+
+class SlowOrigin:
+    """Every path answers its own body, cacheable for ten minutes, a moment after it is asked (so the requests for
+    one path overlap); `asked` counts the requests per path."""
+
+    def __init__(self) -> None:
+        self.asked = Counter[str]()
+        self.app = web.Application()
+        self.app.router.add_get("/{tail:.*}", self.handler)
+
+    async def handler(self, request: web.Request) -> web.StreamResponse:
+        self.asked[request.path] += 1
+        await asyncio.sleep(0.05)
+        return web.Response(body=f"body of {request.path}".encode(), headers={"Cache-Control": "max-age=600"})
+
+
+async def zone_on_every_worker(session: aiohttp.ClientSession, cdn: RunningCdn, name: str, url: str) -> None:
+    async with session.post(f"{cdn.control_url}/api/core/zones", json={"Name": name, "Origin": {"Url": url}},
+                            headers=ACCOUNT) as resp:
+        assert resp.status == 201, await resp.text()
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while sum(f'"{name}"'.encode() in config.read_bytes() for config in cdn.data_dir.rglob("edge-config-*.json")) < 2:
+        assert asyncio.get_running_loop().time() < deadline, "the zone never reached both workers"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_new_url_asked_of_both_workers_at_once_costs_the_origin_one_request(cdn: RunningCdn) -> None:
+    origin = SlowOrigin()
+    paths = [f"/objects/{i}.txt" for i in range(OBJECTS)]
+    edge = cdn.edge_urls[0]
+    # A connection each (no pooling between them): the kernel hands each new connection to one of the workers.
+    sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) for _ in range(AT_ONCE)]
+    try:
+        async with origin_app(origin.app) as url:
+            await zone_on_every_worker(sessions[0], cdn, "turns", url)
+
+            async def fetch(session: aiohttp.ClientSession, path: str) -> tuple[int, bytes, str]:
+                async with session.get(f"{edge}/turns{path}") as resp:
+                    return resp.status, await resp.read(), ",".join(resp.headers.getall("Cache-Status", []))
+
+            answers = []
+            for path in paths:
+                answers += await asyncio.gather(*(fetch(session, path) for session in sessions))
+    finally:
+        for session in sessions:
+            await session.close()
+    assert [(status, body) for status, body, _ in answers] == [
+        (200, f"body of {path}".encode()) for path in paths for _ in sessions]
+    assert origin.asked == Counter(paths)  # once each, for both workers
+    assert not [status for _, _, status in answers if "assetcdn-shield" in status]
