@@ -270,11 +270,10 @@ class Flights:
 
     def share_fills(self, lock: NodeFillLock, limits: OriginLimits) -> None:
         """Lead no flight another worker of this edge leads for the same key (assetcdn/edge/cache/fill_lock.py):
-        its requests wait for that worker's fill to be stored, as for the body one of this worker's own flights
-        keeps (`body_patience_s`: its flight lands at once, `_begin`), then look up, and ask the origin themselves
-        when nothing is there for them."""
+        its requests wait for that worker's fill to be stored, as for one of this worker's own, at most as long as
+        they would wait for one of this worker's flights to land and keep its body."""
         self._node_lock = lock
-        self._sibling_patience_s = body_patience_s(limits)
+        self._sibling_patience_s = flight_patience_s(limits) + body_patience_s(limits)
 
     def join(self, key: str, revalidating: float | None = None) -> asyncio.Future[Landing] | None:
         """The flight to wait for, or None: the caller leads, and must `land` the key. `revalidating`: as `lead`

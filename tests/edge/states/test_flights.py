@@ -16,6 +16,7 @@ from assetcdn.edge.states.pull import (
     Kept,
     await_flight,
     body_patience_s,
+    flight_patience_s,
     settle,
 )
 
@@ -216,7 +217,7 @@ async def test_a_worker_gone_mid_fill_leaves_no_key_held(tmp_path: Path) -> None
 
 async def test_a_fill_of_another_worker_is_waited_for_no_longer_than_one_of_this_workers(tmp_path: Path) -> None:
     """A fill the other worker never ends (its client paces a long body): this worker's requests wait for it as long
-    as for the body one of its own flights keeps, then look up and ask the origin themselves."""
+    as for one of its own flights to land and keep its body, then look up and ask the origin themselves."""
     limits = OriginLimits(first_byte_timeout_s=0.02, body_timeout_s=0.02)
     here, there, locks = two_workers(tmp_path, limits)
     try:
@@ -227,8 +228,7 @@ async def test_a_fill_of_another_worker_is_waited_for_no_longer_than_one_of_this
         assert kept is not None
         began = time.monotonic()
         assert await asyncio.wait_for(asyncio.shield(kept), 5) is True
-        assert time.monotonic() - began >= body_patience_s(limits) - 0.01
-        assert await asyncio.wait_for(await_flight(waiting, limits), 5) is None  # the waiter's own wait as long
+        assert time.monotonic() - began >= flight_patience_s(limits) + body_patience_s(limits) - 0.01
         assert locks[0].held_elsewhere(key_offset("k")) is False and locks[1].held_elsewhere(key_offset("k"))
     finally:
         for lock in locks:
