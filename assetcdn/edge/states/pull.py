@@ -239,11 +239,14 @@ class Landing:
     head is in (`kept` done with that OriginError) is the waiters' failure too: the stale copy where they may take
     it, else one more origin request for all of them (`through_flight`); one given up otherwise (`kept` done False:
     purged meanwhile) sends one of the waiters to the origin again, the others waiting for it. `selected`: which
-    requests the answer being kept is the variant of, when it varies."""
+    requests the answer being kept is the variant of, when it varies. `body_wait_s`: how long `kept` is waited for
+    when not `body_patience_s`: another worker's fill (`Flights._begin`) is landed at once, before its head is in, so
+    its body's wait covers the landing's too (`Flights._sibling_fill` ends it by then)."""
 
     kept: Kept | None = None
     failed: OriginError | None = None
     selected: Selected | None = None
+    body_wait_s: float | None = None
 
 
 class Flights:
@@ -308,7 +311,7 @@ class Flights:
             self._locked[key] = offset
             return None
         kept: Kept = loop.create_future()
-        future.set_result(Landing(kept))
+        future.set_result(Landing(kept, body_wait_s=self._sibling_patience_s))
         kept.add_done_callback(lambda _kept: self._forget(key, future))
         task = loop.create_task(self._sibling_fill(lock, offset, kept))
         self._watching.add(task)
@@ -419,9 +422,9 @@ def body_patience_s(limits: OriginLimits) -> float:
 async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits,
                        deadline: float | None = None, sent: Varied | None = None) -> OriginError | None:
     """Wait for a flight: its landing within `flight_patience_s` (TimeoutError past it), then the body it keeps
-    for `body_patience_s` (past that the caller finds nothing stored and asks the origin itself), unless that body
-    is the variant of other request fields' values than the waiter's (`sent`): it would not answer the waiter,
-    which asks for its own at once. The origin's failure, if it failed the flight: no answer at all, or a body that
+    for `body_patience_s` or the landing's own `body_wait_s` (past that the caller finds nothing stored and asks the
+    origin itself), unless that body is the variant of other request fields' values than the waiter's (`sent`): it
+    would not answer the waiter, which asks for its own at once. The origin's failure, if it failed the flight: no answer at all, or a body that
     failed once its head was in (`Kept`). `deadline` (the loop's time): the end of all the waiting, landing and
     body, when the request has less time than that (`through_flight`)."""
     loop = asyncio.get_running_loop()
@@ -433,9 +436,12 @@ async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits,
         return None
     kept = landing.kept
     if kept is not None:
+        if deadline is not None:
+            wait_s = max(0.0, deadline - loop.time())
+        else:
+            wait_s = body_patience_s(limits) if landing.body_wait_s is None else landing.body_wait_s
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(kept), body_patience_s(limits) if deadline is None
-                                   else max(0.0, deadline - loop.time()))
+            await asyncio.wait_for(asyncio.shield(kept), wait_s)
         if kept.done() and isinstance(failure := kept.result(), OriginError):
             return failure
     return None

@@ -14,10 +14,13 @@ from assetcdn.edge.origin_client import OriginError, OriginLimits, OriginTimeout
 from assetcdn.edge.states.pull import (
     Flights,
     Kept,
+    Land,
+    StoredResponse,
     await_flight,
     body_patience_s,
     flight_patience_s,
     settle,
+    through_flight,
 )
 
 pytestmark = pytest.mark.asyncio
@@ -230,6 +233,45 @@ async def test_a_fill_of_another_worker_is_waited_for_no_longer_than_one_of_this
         assert await asyncio.wait_for(asyncio.shield(kept), 5) is True
         assert time.monotonic() - began >= flight_patience_s(limits) + body_patience_s(limits) - 0.01
         assert locks[0].held_elsewhere(key_offset("k")) is False and locks[1].held_elsewhere(key_offset("k"))
+    finally:
+        for lock in locks:
+            lock.close()
+
+
+async def test_a_fill_of_another_worker_slower_than_a_body_wait_is_still_waited_for(tmp_path: Path) -> None:
+    """The other worker's fill takes longer than `body_patience_s` in all (its head late: a shield that failed, then
+    the origin), but less than a flight of this worker may take to land and keep its body: this worker's request
+    still waits for it and answers with what it stored, not asking the origin a second time. (A flight of this
+    worker is waited for `flight_patience_s` to land, then `body_patience_s` for its body; another worker's is
+    landed at once, so its body's wait must cover both.)"""
+    limits = OriginLimits(first_byte_timeout_s=0.1, body_timeout_s=0.1)
+    here, there, locks = two_workers(tmp_path, limits)
+    on_disk: list[str] = []
+    asked: list[str] = []
+
+    async def cached(_since: float | None) -> tuple[str | None, StoredResponse | None]:
+        return (on_disk[0] if on_disk else None), None
+
+    async def fill(stored: StoredResponse | None, land: Land, *, whole_first: bool = False) -> str:
+        del stored, land, whole_first
+        asked.append("origin")
+        return "the origin's own answer"
+
+    async def failed(_stored: StoredResponse | None, failure: OriginError) -> str:
+        raise AssertionError(f"no failure here: {failure}")
+
+    try:
+        assert here.join("k") is None
+        land = here.landing("k")
+        waiter = asyncio.create_task(through_flight(there, "k", limits, cached, fill, failed))
+        # Past body_patience_s (0.2 s), within flight_patience_s + body_patience_s (0.5 s).
+        await asyncio.sleep(body_patience_s(limits) + 0.12)
+        kept: Kept = asyncio.get_running_loop().create_future()
+        land(kept)  # its head in at last, and its body stored at once: the key let go
+        on_disk.append("what the first worker stored")
+        kept.set_result(True)
+        assert await asyncio.wait_for(waiter, 5) == "what the first worker stored"
+        assert asked == []
     finally:
         for lock in locks:
             lock.close()
