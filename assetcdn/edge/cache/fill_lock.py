@@ -92,7 +92,10 @@ class NodeFillLock:
             return
         self._held.pop(offset, None)
         if held and self._fd is not None:
-            fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, _flock(fcntl.F_UNLCK, offset))
+            try:
+                fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, _flock(fcntl.F_UNLCK, offset))
+            except OSError as exc:  # raised, it would fail the answer of the flight ending, and keep the byte held
+                self._give_up(exc)  # closing the file lets go of it, and of every other byte this worker holds
 
     def held_elsewhere(self, offset: int) -> bool:
         """Whether another worker of the edge holds a key's byte now (a worker waiting for its fill asks this)."""
@@ -107,7 +110,7 @@ class NodeFillLock:
         return kind != fcntl.F_UNLCK
 
     def _give_up(self, exc: OSError) -> None:
-        log.warning("the edge's fill lock (%s) cannot be taken: %s; this worker's fills no longer wait for the other "
+        log.warning("the edge's fill lock (%s) failed: %s; this worker's fills no longer wait for the other "
                     "workers' (a URL they miss at once is fetched by each)", self.path, exc)
         self.close()
 

@@ -68,9 +68,37 @@ def test_a_file_system_without_these_locks_lets_fills_go_on_each_on_its_own(
     monkeypatch.setattr(fcntl, "fcntl", refused)
     with caplog.at_level(logging.WARNING, logger=fill_lock.__name__):
         assert lock.take(1) and lock.take(2) and not lock.held_elsewhere(3)
-    assert len([r for r in caplog.records if "cannot be taken" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "failed" in r.getMessage()]) == 1
     lock.release(1)
     lock.close()
+
+
+def test_a_byte_the_file_system_will_not_let_go_of_goes_with_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Letting go of a byte fails (a network file system's lock service gone): the flight ending there is not failed
+    for it (its `_forget` runs as its leader lands it, in the `finally` of the client's answer), and the lock is
+    given up as when it cannot be taken: its file closed, which lets go of every byte this worker held, so the other
+    workers do not wait for those URLs until this worker ends."""
+    first, second = NodeFillLock(tmp_path / "fills.lock"), NodeFillLock(tmp_path / "fills.lock")
+    try:
+        assert first.take(5) and first.take(6)
+        real = fcntl.fcntl
+
+        def unlock_refused(fd: int, command: int, arg: bytes) -> bytes:
+            if command == fcntl.F_OFD_SETLK and fill_lock._FLOCK.unpack(arg)[0] == fcntl.F_UNLCK:
+                raise OSError(errno.ENOLCK, "No locks available")
+            return real(fd, command, arg)
+
+        monkeypatch.setattr(fcntl, "fcntl", unlock_refused)
+        with caplog.at_level(logging.WARNING, logger=fill_lock.__name__):
+            first.release(5)
+        monkeypatch.undo()
+        assert "failed" in caplog.text
+        assert not second.held_elsewhere(5) and not second.held_elsewhere(6) and second.take(6)
+        assert first.take(5)  # its fills go on, each worker on its own
+    finally:
+        first.close()
+        second.close()
 
 
 def test_a_lock_file_that_cannot_be_opened_leaves_each_worker_filling_on_its_own(
