@@ -14,7 +14,15 @@ process, so a worker killed mid-fill leaves no lock behind. A key's byte is a 62
 byte (about one pair in 10^18) only take turns. One worker may lead flights of two keys of one byte at once; the
 byte is let go when the last of them ends (`_held` counts them).
 
-Cost: two ``fcntl`` calls per fill (take, let go); a wait polls the byte (one call each time, at most every 20 ms).
+A fill the origin failed (no answer in time, none at all) leaves that word in the file before it lets go of the
+URL (`failed`): a record of the key's byte and the time, in one of `FAILURE_SLOTS` fixed places at the start of the
+file (which the byte-range locks, advisory, do not touch). The workers that waited for that fill read it
+(`failed_since`) and answer with the same failure at once, rather than each ask the origin that just failed (a
+client's wait twice as long before its 504, and a request each to a failing origin). A record another key's
+failure overwrote meanwhile (one slot per 4,096th of the keys) is only missed: the waiter asks the origin itself.
+
+Cost: two ``fcntl`` calls per fill (take, let go); a wait polls the byte (one call each time, at most every 20 ms),
+and reads one record when it ends; a failed fill writes one.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import hashlib
 import logging
 import os
 import struct
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -33,6 +42,9 @@ _FLOCK = struct.Struct("hhqqi4x")
 _SPAN = 1 << 62  # the byte offsets keys hash to
 _BUSY = (errno.EAGAIN, errno.EACCES)
 FILL_LOCK_FILE = "fills.lock"  # in the edge's cache directory, beside the disk tier its workers share
+# A failed fill's record: the key's byte, when it failed (Unix time), whether for want of time. FAILURE_SLOTS of them.
+_FAILURE = struct.Struct("<qd?7x")
+FAILURE_SLOTS = 4096
 
 
 def _flock(kind: int, offset: int) -> bytes:
@@ -113,6 +125,32 @@ class NodeFillLock:
         log.warning("the edge's fill lock (%s) failed: %s; this worker's fills no longer wait for the other "
                     "workers' (a URL they miss at once is fetched by each)", self.path, exc)
         self.close()
+
+    def failed(self, offset: int, timeout: bool) -> None:
+        """Record that this worker's fill of a key (its byte, held) got no answer from the origin (`timeout`: none in
+        time), for the workers waiting for it (`failed_since`); before the byte is let go."""
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            os.pwrite(fd, _FAILURE.pack(offset, time.time(), timeout), (offset % FAILURE_SLOTS) * _FAILURE.size)
+        except OSError as exc:  # the waiters then ask the origin themselves, as before this record
+            log.warning("the edge's fill lock (%s) cannot record a failed fill: %s", self.path, exc)
+
+    def failed_since(self, offset: int, since: float) -> bool | None:
+        """Whether the fill of a key (its byte) another worker ended since `since` (Unix time) failed for want of
+        time (True) or got no answer at all (False); None when no such failure is recorded."""
+        fd = self._fd
+        if fd is None:
+            return None
+        try:
+            record = os.pread(fd, _FAILURE.size, (offset % FAILURE_SLOTS) * _FAILURE.size)
+        except OSError:
+            return None
+        if len(record) < _FAILURE.size:
+            return None
+        recorded, at, timeout = _FAILURE.unpack(record)
+        return bool(timeout) if recorded == offset and at >= since else None
 
     def close(self) -> None:
         """Let go of every byte this worker holds (closing the file does) and take no more."""

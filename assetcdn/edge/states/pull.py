@@ -248,6 +248,12 @@ class Landing:
     selected: Selected | None = None
     body_wait_s: float | None = None
 
+    @property
+    def elsewhere(self) -> bool:
+        """Whether this is another worker's fill (`Flights._begin`): a failure its `kept` ends with is that fill's
+        origin giving no answer (`Flights._sibling_fill`), which the waiters answer with as with `failed`."""
+        return self.body_wait_s is not None
+
 
 class Flights:
     """One origin request per key at a time: the first request for a key leads (asks the origin, streams the
@@ -313,25 +319,33 @@ class Flights:
         kept: Kept = loop.create_future()
         future.set_result(Landing(kept, body_wait_s=self._sibling_patience_s))
         kept.add_done_callback(lambda _kept: self._forget(key, future))
-        task = loop.create_task(self._sibling_fill(lock, offset, kept))
+        task = loop.create_task(self._sibling_fill(lock, offset, kept, self._began[key]))
         self._watching.add(task)
         task.add_done_callback(self._watching.discard)
         return future
 
-    async def _sibling_fill(self, lock: NodeFillLock, offset: int, kept: Kept) -> None:
+    async def _sibling_fill(self, lock: NodeFillLock, offset: int, kept: Kept, since: float) -> None:
         """Done with `kept` once the other worker lets go of the key (its fill stored, on the disk tier this worker
         reads, or not to be kept), or past `_sibling_patience_s`, when what it kept is left to the waiters' own
-        look-up (a request still waiting then asks the origin itself)."""
+        look-up (a request still waiting then asks the origin itself). Done with that fill's failure when it
+        recorded one since this wait began (`since`, Unix time): its origin gave no answer (`_land`)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._sibling_patience_s
         delay = SIBLING_POLL_FIRST_S
+        ended: bool | OriginError = True
         try:
-            while lock.held_elsewhere(offset) and loop.time() < deadline:
+            while held := lock.held_elsewhere(offset):
+                if loop.time() >= deadline:
+                    break
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, SIBLING_POLL_MAX_S)
+            timeout = None if held else lock.failed_since(offset, since)
+            if timeout is not None:
+                why = "another worker of this edge got no answer from the origin for this URL"
+                ended = OriginTimeout(f"{why} in time") if timeout else OriginError(why)
         finally:
             if not kept.done():
-                kept.set_result(True)
+                kept.set_result(ended)
 
     def joined(self, key: str) -> int:
         """How many requests joined the key's flight under way (0 when none is): they share its one origin request."""
@@ -376,6 +390,9 @@ class Flights:
             return
         if isinstance(kept, OriginError):
             future.set_result(Landing(failed=kept))
+            offset = self._locked.get(key)
+            if offset is not None and self._node_lock is not None and not isinstance(kept, ErrorAnswered):
+                self._node_lock.failed(offset, kept.timeout)  # for the other workers' requests waiting for it
             kept = None
         else:
             future.set_result(Landing(kept, selected=selected))
@@ -647,7 +664,8 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
             if deadline is not None:
                 raise shield_filling() from None
             failure = OriginTimeout(f"no answer from the origin within {flight_patience_s(limits):g} s")
-        if failure is not None and waiting.done() and waiting.result().kept is not None:  # its body failed
+        if failure is not None and waiting.done() and waiting.result().kept is not None \
+                and not waiting.result().elsewhere:  # its body failed
             answer = None if stale is None else await stale(stored, failure)
             if answer is not None:
                 flights.waiters += 1

@@ -6,13 +6,14 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from assetcdn.edge.cache import fill_lock
-from assetcdn.edge.cache.fill_lock import NodeFillLock, key_offset
+from assetcdn.edge.cache.fill_lock import FAILURE_SLOTS, NodeFillLock, key_offset
 
 
 def test_two_opens_of_the_file_see_each_others_bytes(tmp_path: Path) -> None:
@@ -106,3 +107,24 @@ def test_a_lock_file_that_cannot_be_opened_leaves_each_worker_filling_on_its_own
     with caplog.at_level(logging.WARNING, logger=fill_lock.__name__):
         assert NodeFillLock.open(tmp_path / "missing" / "fills.lock") is None
     assert "cannot be opened" in caplog.text
+
+
+def test_a_failed_fill_is_read_by_the_other_workers_waiting_since_before_it(tmp_path: Path) -> None:
+    """The record of a fill the origin gave no answer: read for that key's byte, by a wait that began before it; not
+    for another key (one of the same slot overwrites it), nor by a wait that began after it."""
+    first, second = NodeFillLock(tmp_path / "fills.lock"), NodeFillLock(tmp_path / "fills.lock")
+    try:
+        offset = key_offset("pulled/down.txt")
+        began = time.time()
+        assert second.failed_since(offset, began) is None  # nothing recorded yet
+        first.failed(offset, timeout=True)
+        assert second.failed_since(offset, began) is True
+        assert second.failed_since(offset, time.time() + 1) is None  # a wait that began later
+        assert second.failed_since(offset + FAILURE_SLOTS, began) is None  # another key of the slot
+        first.failed(offset + FAILURE_SLOTS, timeout=False)  # that key's failure takes the slot
+        assert second.failed_since(offset, began) is None
+        assert second.failed_since(offset + FAILURE_SLOTS, began) is False
+        assert first.take(offset) and not second.take(offset)  # the records leave the locks alone
+    finally:
+        first.close()
+        second.close()

@@ -492,3 +492,45 @@ async def test_a_fill_the_sibling_waits_for_that_stores_nothing_sends_it_to_the_
     assert [(answer.status, answer.header("X-Cache"), answer.body) for answer in answers] == [(200, "PASS", body)] * 2
     here.close()
     there.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def impatient(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
+    """Two workers sharing fills that wait a second for an origin's head."""
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-siblings-impatient"), ZONE, workers=2,
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600",
+                                    ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="1") as both:
+        yield both
+
+
+async def test_a_fill_the_origin_never_answers_is_the_failure_of_the_sibling_waiting_for_it(
+        impatient: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """The first worker's fill gets no head from the origin within its first-byte time: the sibling that waited for
+    that fill answers 504 with it, as the first worker's client is answered, without a request of its own to the
+    origin that just failed (which would keep its client twice as long)."""
+    cdn, origin = impatient
+    name = own_shield(cdn, "never-answered")
+    silent = asyncio.Event()
+
+    async def never(_request: web.Request) -> web.StreamResponse:
+        await silent.wait()
+        return web.Response(body=b"too late")
+
+    origin.route(name, never)
+    here, there = await cdn.plain(), await cdn.sibling()
+    try:
+        filling = asyncio.create_task(here.request(f"/{ZONE}{name}"))
+
+        async def asked() -> bool:
+            return origin.count(name) == 1
+
+        await wait_until(asked, "the first worker's origin request")
+        waiting = asyncio.create_task(there.request(f"/{ZONE}{name}"))
+        answers = [await filling, await waiting]
+        assert [answer.status for answer in answers] == [504, 504]
+        assert all("detail=origin-timeout" in (answer.header("Cache-Status") or "") for answer in answers)
+        assert origin.count(name) == 1
+    finally:
+        silent.set()
+        here.close()
+        there.close()

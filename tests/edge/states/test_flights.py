@@ -12,6 +12,7 @@ import pytest
 from assetcdn.edge.cache.fill_lock import NodeFillLock, key_offset
 from assetcdn.edge.origin_client import OriginError, OriginLimits, OriginTimeout
 from assetcdn.edge.states.pull import (
+    ErrorAnswered,
     Flights,
     Kept,
     Land,
@@ -272,6 +273,41 @@ async def test_a_fill_of_another_worker_slower_than_a_body_wait_is_still_waited_
         kept.set_result(True)
         assert await asyncio.wait_for(waiter, 5) == "what the first worker stored"
         assert asked == []
+    finally:
+        for lock in locks:
+            lock.close()
+
+
+@pytest.mark.parametrize("failure", [OriginTimeout("no head in time"), OriginError("refused")])
+async def test_a_fill_of_another_worker_the_origin_failed_is_the_waiters_failure(
+        tmp_path: Path, failure: OriginError) -> None:
+    """The first worker's fill got no answer from the origin: the second worker's waiting requests take that failure
+    (a 504 or 502, or their stale copy) rather than each ask the failing origin again."""
+    here, there, locks = two_workers(tmp_path)
+    try:
+        assert here.join("k") is None
+        land = here.landing("k")
+        waiting = there.join("k")
+        assert waiting is not None
+        land(failure)
+        got = await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5)
+        assert isinstance(got, OriginError) and got.timeout is failure.timeout
+    finally:
+        for lock in locks:
+            lock.close()
+
+
+async def test_an_error_answered_with_a_stale_copy_is_not_the_other_workers_failure(tmp_path: Path) -> None:
+    """The origin answered the first worker's fill with an error status its stale copy answered (ErrorAnswered): the
+    origin did answer, so the second worker's requests find nothing stored and ask it themselves."""
+    here, there, locks = two_workers(tmp_path)
+    try:
+        assert here.join("k") is None
+        land = here.landing("k")
+        waiting = there.join("k")
+        assert waiting is not None
+        land(ErrorAnswered(503))
+        assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
     finally:
         for lock in locks:
             lock.close()
