@@ -42,6 +42,12 @@ WORKER_ENDED = (0, EXIT_BAD_CONFIG, EXIT_CANNOT_LISTEN, EXIT_DEADLINE_EXCEEDED)
 M_ARENA_MAX = -8
 MALLOC_ARENAS = 2
 WORKER_PRELOAD = ("assetcdn.edge.app", "assetcdn.edge.fastpath.hit_server", "assetcdn.shared.http_server")
+# Set for the workers before they import anything (an operator's own value of each wins). frozenlist's compiled
+# extension is C++: it maps the C++ runtime, libstdc++, 1.1 MiB of each worker's RSS, for the few lists aiohttp
+# keeps in it (its application's signals and middleware, read once per answer the application gives; never by the
+# hit path, the hit path's cache fills or the origin client). Its pure-Python twin does the same for 0.5 us more
+# per such answer.
+WORKER_ENVIRONMENT = {"FROZENLIST_NO_EXTENSIONS": "1"}
 # A worker that dies is started again (`main`), at most this many times within the window; one more exit stops the
 # edge. Exit statuses of a worker that is not started again: it stopped, or restarting cannot help.
 WORKER_MAX_RESTARTS = 5
@@ -162,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
                                         exc.strerror or exc)
         sys.exit(EXIT_BAD_CONFIG)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    for name, value in WORKER_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
     # The workers share the port through SO_REUSEPORT, which would also let them join another
     # install's listeners on it: refuse a port someone else holds before starting any.
     host = args.host or settings.get("server", "host")

