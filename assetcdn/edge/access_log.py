@@ -25,10 +25,10 @@ from typing import Any
 
 import orjson
 
+from assetcdn.edge.access_log_setting import OUTPUTS, access_log_directory, access_log_output
 from assetcdn.shared.middleware import as_sent
 
 log = logging.getLogger(__name__)
-OUTPUTS = ("off", "stdout", "file")
 MAX_BUFFERED = 500_000   # deliveries waiting for the writer; past it they are dropped (and counted)
 # time, host, method, path, status, bytes, cache, duration, client address, country, request id, aborted
 Delivery = tuple[float, str, str, str, int, int, str, float, "str | None", str, "str | bytes | None", bool]
@@ -199,35 +199,11 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _output(section: dict[str, Any]) -> str:
-    output = str(section.get("output", "off")).strip().lower()
-    if output not in OUTPUTS:
-        raise ValueError(f"[access_log] output must be one of {', '.join(OUTPUTS)}, not {output!r}")
-    return output
-
-
-def _directory(section: dict[str, Any], default_directory: Path) -> Path:
-    directory = str(section.get("directory", "")).strip()
-    return Path(directory) if directory else default_directory
-
-
-def check_access_log(section: dict[str, Any], default_directory: Path) -> None:
-    """ValueError naming the ``[access_log]`` setting an edge could not log with (an output it does not have, a
-    directory that cannot be made), as the edge starts (assetcdn/edge/server.py): its workers would each stop on it."""
-    if _output(section) != "file":
-        return
-    directory = _directory(section, default_directory)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"[access_log] directory {str(directory)!r} cannot be made: {exc.strerror or exc}") from None
-
-
 def access_log_from_settings(section: dict[str, Any], edge: str, default_directory: Path) -> AccessLog | None:
     """The ``[access_log]`` configuration: None when it is off."""
-    output = _output(section)
+    output = access_log_output(section)
     if output == "off":
         return None
-    return AccessLog(output, edge, directory=_directory(section, default_directory),
+    return AccessLog(output, edge, directory=access_log_directory(section, default_directory),
                      max_bytes=int(section.get("max_bytes", 100 * 1024 * 1024)),
                      backups=int(section.get("backups", 5)))

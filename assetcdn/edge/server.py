@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
             # client that trusts the one it was shown failed on the other workers.
             default_certificate = self_signed(default_certificate_names(str(settings.get("server", "public_url")),
                                                                         host))
-    from assetcdn.edge.access_log import check_access_log
+    from assetcdn.edge.access_log_setting import check_access_log
     from assetcdn.edge.shield_address import shield_setting
     from assetcdn.shared.pull_settings import check_control_intervals, check_pull_settings
     try:

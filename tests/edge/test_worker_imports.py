@@ -43,14 +43,14 @@ def test_an_edge_with_several_workers_checks_its_settings_without_aiohttp() -> N
     assert loaded.stdout.strip() == "[]"
 
 
-def test_an_edge_worker_maps_no_cpp_runtime(tmp_path: Path) -> None:
-    # The edge as `assetcdn up` starts it (one worker, in the edge's own process), read once it listens: before,
-    # frozenlist's compiled extension (aiohttp's signals) mapped libstdc++, 1.1 MiB of the worker's RSS.
+def listening_edge_maps(tmp_path: Path, workers: int) -> str:
+    """/proc/<pid>/maps of an edge (`python -m assetcdn.edge`, as `assetcdn up` starts it) read once it listens:
+    with one worker, the worker's; with several, their parent's, which serves nothing."""
     port = free_port_block(1)
     log = tmp_path / "edge.log"
     with log.open("wb") as output:
         edge = subprocess.Popen([sys.executable, "-m", "assetcdn.edge", "--control-url", "http://127.0.0.1:9",
-                                 "--port", str(port), "--data-dir", str(tmp_path / "data")],
+                                 "--port", str(port), "--workers", str(workers), "--data-dir", str(tmp_path / "data")],
                                 env={**KEYS, "PATH": "/usr/bin:/bin"}, stdout=output, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + LISTENING_WAIT_S
@@ -62,10 +62,21 @@ def test_an_edge_worker_maps_no_cpp_runtime(tmp_path: Path) -> None:
             except OSError:
                 assert time.monotonic() < deadline, f"the edge did not listen: {log.read_text()}"
                 time.sleep(0.05)
-        maps = Path(f"/proc/{edge.pid}/maps").read_text()
-        assert "aiohttp/_http_parser" in maps  # the worker's modules are loaded
-        assert "libstdc++" not in maps
-        assert "frozenlist/_frozenlist" not in maps
+        return Path(f"/proc/{edge.pid}/maps").read_text()
     finally:
         edge.terminate()
         edge.wait(timeout=30)
+
+
+def test_an_edge_worker_maps_no_cpp_runtime(tmp_path: Path) -> None:
+    # Before, frozenlist's compiled extension (aiohttp's signals) mapped libstdc++, 1.1 MiB of the worker's RSS.
+    maps = listening_edge_maps(tmp_path, workers=1)
+    assert "aiohttp/_http_parser" in maps  # the worker's modules are loaded
+    assert "libstdc++" not in maps
+    assert "frozenlist/_frozenlist" not in maps
+
+
+def test_the_parent_of_several_edge_workers_serves_without_aiohttp(tmp_path: Path) -> None:
+    # Before, checking [access_log] imported the access log, and with it aiohttp: 14 MiB more in the parent.
+    maps = listening_edge_maps(tmp_path, workers=2)
+    assert "aiohttp/" not in maps
