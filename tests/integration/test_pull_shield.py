@@ -18,7 +18,7 @@ from assetcdn.edge.cache.tags import path_tag
 from assetcdn.edge.shield import SHIELD_AUDIENCE, SHIELD_PATH, Peer, rendezvous
 from assetcdn.shared.cluster import sign_request
 from tests.integration.harness import ACCOUNT, KEYS, RunningCdn, start_cdn, wait_gone
-from tests.support.origins import origin_app
+from tests.support.origins import CountingOrigin, origin_app
 
 pytestmark = pytest.mark.integration
 
@@ -37,19 +37,6 @@ def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
                                    "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5"})
     yield running
     running.stop()
-
-
-class CountingOrigin:
-    """Every path answers its own body, cacheable for ten minutes; `asked` counts the requests per path."""
-
-    def __init__(self) -> None:
-        self.asked = Counter[str]()
-        self.app = web.Application()
-        self.app.router.add_get("/{tail:.*}", self.handler)
-
-    async def handler(self, request: web.Request) -> web.StreamResponse:
-        self.asked[request.path] += 1
-        return web.Response(body=f"body of {request.path}".encode(), headers={"Cache-Control": "max-age=600"})
 
 
 async def until(condition: object, what: str) -> None:

@@ -11,10 +11,9 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from tests.integration.harness import ACCOUNT, RunningCdn, start_cdn
-from tests.support.origins import origin_app
+from tests.support.origins import CountingOrigin, origin_app
 
 pytestmark = pytest.mark.integration
 
@@ -31,21 +30,6 @@ def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
     running.stop()
 
 
-class SlowOrigin:
-    """Every path answers its own body, cacheable for ten minutes, a moment after it is asked (so the requests for
-    one path overlap); `asked` counts the requests per path."""
-
-    def __init__(self) -> None:
-        self.asked = Counter[str]()
-        self.app = web.Application()
-        self.app.router.add_get("/{tail:.*}", self.handler)
-
-    async def handler(self, request: web.Request) -> web.StreamResponse:
-        self.asked[request.path] += 1
-        await asyncio.sleep(0.05)
-        return web.Response(body=f"body of {request.path}".encode(), headers={"Cache-Control": "max-age=600"})
-
-
 async def zone_on_every_worker(session: aiohttp.ClientSession, cdn: RunningCdn, name: str, url: str) -> None:
     async with session.post(f"{cdn.control_url}/api/core/zones", json={"Name": name, "Origin": {"Url": url}},
                             headers=ACCOUNT) as resp:
@@ -57,7 +41,7 @@ async def zone_on_every_worker(session: aiohttp.ClientSession, cdn: RunningCdn, 
 
 
 async def test_a_new_url_asked_of_both_workers_at_once_costs_the_origin_one_request(cdn: RunningCdn) -> None:
-    origin = SlowOrigin()
+    origin = CountingOrigin(delay_s=0.05)
     paths = [f"/objects/{i}.txt" for i in range(OBJECTS)]
     edge = cdn.edge_urls[0]
     # A connection each (no pooling between them): the kernel hands each new connection to one of the workers.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -206,6 +206,23 @@ async def shared_pull_zone(root: Path, first_byte_timeout_s: str = FIRST_BYTE_TI
             yield Pull(cdn, origin)
     finally:
         await server.close()
+
+
+class CountingOrigin:
+    """An origin whose every path answers its own body (`body of <path>`), cacheable for ten minutes, `delay_s` after it
+    is asked (so that the requests for one path overlap); `asked` counts the requests per path."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.asked = Counter[str]()
+        self.delay_s = delay_s
+        self.app = web.Application()
+        self.app.router.add_get("/{tail:.*}", self.handler)
+
+    async def handler(self, request: web.Request) -> web.StreamResponse:
+        self.asked[request.path] += 1
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        return web.Response(body=f"body of {request.path}".encode(), headers={"Cache-Control": "max-age=600"})
 
 
 @asynccontextmanager

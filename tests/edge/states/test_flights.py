@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -153,21 +155,27 @@ async def test_a_body_the_origin_fails_once_its_head_is_in_gives_the_waiters_tha
     assert flights.join("k") is None
 
 
-def two_workers(tmp_path: Path, limits: OriginLimits | None = None) -> tuple[Flights, Flights, list[NodeFillLock]]:
-    """The flights of two workers of one edge that share their fills (assetcdn/edge/cache/fill_lock.py)."""
+@contextmanager
+def two_workers(tmp_path: Path, limits: OriginLimits | None = None
+                ) -> Iterator[tuple[Flights, Flights, list[NodeFillLock]]]:
+    """The flights of two workers of one edge that share their fills (assetcdn/edge/cache/fill_lock.py), and their
+    locks (closed at the end)."""
     locks = [NodeFillLock(tmp_path / "fills.lock") for _ in range(2)]
     workers = (Flights(), Flights())
     for flights, lock in zip(workers, locks, strict=True):
         flights.share_fills(lock, limits or OriginLimits())
-    return workers[0], workers[1], locks
+    try:
+        yield workers[0], workers[1], locks
+    finally:
+        for lock in locks:
+            lock.close()
 
 
 async def test_a_worker_waits_for_the_fill_another_worker_of_the_edge_leads_until_it_is_stored(tmp_path: Path) -> None:
     """The first worker leads the key's fill; the second leads none of its own (the hit path's `lead` gives it none)
     and its requests wait: the flight they join is landed at once, its body kept once the first worker's answer is
     stored and its flight over, not at its head. The key is free for either worker's next miss then."""
-    here, there, locks = two_workers(tmp_path)
-    try:
+    with two_workers(tmp_path) as (here, there, _locks):
         assert here.join("k") is None
         land = here.landing("k")
         assert there.lead("k") is None
@@ -183,48 +191,36 @@ async def test_a_worker_waits_for_the_fill_another_worker_of_the_edge_leads_unti
         assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
         assert sibling_kept.result() is True
         assert there.join("k") is None and here.lead("k") is None  # the second worker's next miss leads
-    finally:
-        for lock in locks:
-            lock.close()
 
 
 async def test_a_fill_that_keeps_nothing_lets_the_other_workers_ask_at_once(tmp_path: Path) -> None:
     """The first worker's answer is not kept (landed with nothing): the key is let go at its head, and the second
     worker's waiting requests look up (nothing) and ask the origin themselves."""
-    here, there, locks = two_workers(tmp_path)
-    try:
+    with two_workers(tmp_path) as (here, there, _locks):
         assert here.join("k") is None
         land = here.landing("k")
         waiting = there.join("k")
         assert waiting is not None
         land(None)
         assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
-    finally:
-        for lock in locks:
-            lock.close()
 
 
 async def test_a_worker_gone_mid_fill_leaves_no_key_held(tmp_path: Path) -> None:
     """A worker killed in the middle of a fill holds no key: its open of the lock file goes with it."""
-    here, there, locks = two_workers(tmp_path)
-    try:
+    with two_workers(tmp_path) as (here, there, locks):
         assert here.join("k") is None
         waiting = there.join("k")
         assert waiting is not None
         locks[0].close()  # as the process's end closes it
         assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
         assert there.join("other") is None and there.join("k") is None
-    finally:
-        for lock in locks:
-            lock.close()
 
 
 async def test_a_fill_of_another_worker_is_waited_for_no_longer_than_one_of_this_workers(tmp_path: Path) -> None:
     """A fill the other worker never ends (its client paces a long body): this worker's requests wait for it as long
     as for one of its own flights to land and keep its body, then look up and ask the origin themselves."""
     limits = OriginLimits(first_byte_timeout_s=0.02, body_timeout_s=0.02)
-    here, there, locks = two_workers(tmp_path, limits)
-    try:
+    with two_workers(tmp_path, limits) as (here, there, locks):
         assert here.join("k") is None
         waiting = there.join("k")
         assert waiting is not None
@@ -234,9 +230,6 @@ async def test_a_fill_of_another_worker_is_waited_for_no_longer_than_one_of_this
         assert await asyncio.wait_for(asyncio.shield(kept), 5) is True
         assert time.monotonic() - began >= flight_patience_s(limits) + body_patience_s(limits) - 0.01
         assert locks[0].held_elsewhere(key_offset("k")) is False and locks[1].held_elsewhere(key_offset("k"))
-    finally:
-        for lock in locks:
-            lock.close()
 
 
 async def test_a_fill_of_another_worker_slower_than_a_body_wait_is_still_waited_for(tmp_path: Path) -> None:
@@ -246,7 +239,6 @@ async def test_a_fill_of_another_worker_slower_than_a_body_wait_is_still_waited_
     worker is waited for `flight_patience_s` to land, then `body_patience_s` for its body; another worker's is
     landed at once, so its body's wait must cover both.)"""
     limits = OriginLimits(first_byte_timeout_s=0.1, body_timeout_s=0.1)
-    here, there, locks = two_workers(tmp_path, limits)
     on_disk: list[str] = []
     asked: list[str] = []
 
@@ -261,7 +253,7 @@ async def test_a_fill_of_another_worker_slower_than_a_body_wait_is_still_waited_
     async def failed(_stored: StoredResponse | None, failure: OriginError) -> str:
         raise AssertionError(f"no failure here: {failure}")
 
-    try:
+    with two_workers(tmp_path, limits) as (here, there, _locks):
         assert here.join("k") is None
         land = here.landing("k")
         waiter = asyncio.create_task(through_flight(there, "k", limits, cached, fill, failed))
@@ -273,9 +265,6 @@ async def test_a_fill_of_another_worker_slower_than_a_body_wait_is_still_waited_
         kept.set_result(True)
         assert await asyncio.wait_for(waiter, 5) == "what the first worker stored"
         assert asked == []
-    finally:
-        for lock in locks:
-            lock.close()
 
 
 @pytest.mark.parametrize("failure", [OriginTimeout("no head in time"), OriginError("refused")])
@@ -283,8 +272,7 @@ async def test_a_fill_of_another_worker_the_origin_failed_is_the_waiters_failure
         tmp_path: Path, failure: OriginError) -> None:
     """The first worker's fill got no answer from the origin: the second worker's waiting requests take that failure
     (a 504 or 502, or their stale copy) rather than each ask the failing origin again."""
-    here, there, locks = two_workers(tmp_path)
-    try:
+    with two_workers(tmp_path) as (here, there, _locks):
         assert here.join("k") is None
         land = here.landing("k")
         waiting = there.join("k")
@@ -292,22 +280,15 @@ async def test_a_fill_of_another_worker_the_origin_failed_is_the_waiters_failure
         land(failure)
         got = await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5)
         assert isinstance(got, OriginError) and got.timeout is failure.timeout
-    finally:
-        for lock in locks:
-            lock.close()
 
 
 async def test_an_error_answered_with_a_stale_copy_is_not_the_other_workers_failure(tmp_path: Path) -> None:
     """The origin answered the first worker's fill with an error status its stale copy answered (ErrorAnswered): the
     origin did answer, so the second worker's requests find nothing stored and ask it themselves."""
-    here, there, locks = two_workers(tmp_path)
-    try:
+    with two_workers(tmp_path) as (here, there, _locks):
         assert here.join("k") is None
         land = here.landing("k")
         waiting = there.join("k")
         assert waiting is not None
         land(ErrorAnswered(503))
         assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
-    finally:
-        for lock in locks:
-            lock.close()
