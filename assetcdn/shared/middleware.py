@@ -3,6 +3,7 @@ headers that keep stored files from running as the service (assetcdn/shared/cont
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import uuid
@@ -15,13 +16,15 @@ from aiohttp.typedefs import Handler
 from assetcdn.shared import API_VERSION
 from assetcdn.shared.content_security import protect
 from assetcdn.shared.errors import ApiError, LegacyError, as_legacy
-from assetcdn.shared.request_body import BodyAbandoned
+from assetcdn.shared.request_body import BodyAbandoned, BodyTimeout
 
 log = logging.getLogger(__name__)
 
 REQUEST_ID = web.RequestKey("request_id", str)
 # The answer whose head was made (`_stamp_headers`): the status its client gets, however its body ends.
 PREPARED = web.RequestKey("prepared_response", web.StreamResponse)
+# How long a connection cut off for a body that came too slowly is still read after its 408 (`answered_then_lingering`).
+LINGER_S = 2.0
 
 # Paths whose errors use the legacy envelope (docs/api-guide.md "Auth and errors"); the other routes use the
 # standard envelope.
@@ -179,8 +182,32 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
             log.exception("error on %s %s after its answer began (request %s); the connection is closed",
                           request.method, request.rel_url.raw_path, request_id)
             raise
-        return error_answer(request, request_id, exc)
+        answer = error_answer(request, request_id, exc)
+        if answer.status == 408 and body_timed_out(request):
+            return await answered_then_lingering(request, answer)
+        return answer
     return response
+
+
+def body_timed_out(request: web.Request) -> bool:
+    """Whether `request`'s body stopped being read because it came too slowly (assetcdn/shared/request_body.py)."""
+    return request.body_exists and isinstance(request.content.exception(), BodyTimeout)
+
+
+async def answered_then_lingering(request: web.Request, answer: web.StreamResponse) -> web.StreamResponse:
+    """The 408 of a body that came too slowly, written, then this side of the connection ended (FIN) and whatever
+    the client still sends read and dropped for LINGER_S before the connection closes, as nginx's lingering close
+    does. Closed at once, the connection would often hold bytes of the body the client went on sending, unread: the
+    kernel then resets it (RST) rather than end it, and a client still sending loses the answer it had not read yet
+    (aiohttp's own lingering read ends at once on the body's timeout). Only for such a 408: a connection that stays
+    open a little longer per client that was cut off anyway."""
+    await answer.prepare(request)
+    await answer.write_eof()
+    transport = request.transport
+    if transport is not None and not transport.is_closing() and transport.can_write_eof():
+        transport.write_eof()
+        await asyncio.sleep(LINGER_S)
+    return answer
 
 
 def client_gone(request: web.Request) -> bool:

@@ -116,6 +116,30 @@ async def test_a_body_that_trickles_answers_408_and_is_cut_off(cdn: RunningCdn, 
 
 
 @pytest.mark.parametrize("process", ["edge", "control"])
+async def test_a_client_still_sending_its_body_after_its_408_reads_the_answer_to_a_clean_end(
+        cdn: RunningCdn, process: str) -> None:
+    """Cut off for a body that came too slowly, a client that goes on sending it (as clients do) gets the 408 and
+    the end of the connection, never a reset: the server reads and drops what it still sends for a while (a
+    lingering close). Closed at once, the connection was reset by the next bytes the client sent, and a client
+    reading its answer to the end then got an error in its place."""
+    head = (f"PUT /api/storage/{ZONE}/v1/slow/still-{process}.txt HTTP/1.1\r\nHost: x\r\n"
+            f"AccessKey: {ACCESS['AccessKey']}\r\nContent-Length: 100000\r\n\r\n").encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port_of(cdn, process))
+    try:
+        writer.write(head + b"x")
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+        for _ in range(10):  # half a second more of the body
+            writer.write(b"x" * 1000)
+            await writer.drain()
+            await asyncio.sleep(0.05)
+        rest = await asyncio.wait_for(reader.read(), WAIT_S)  # to the end: the rest of the answer, then EOF
+        assert b'"code":"RequestTimeout"' in rest
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("process", ["edge", "control"])
 @pytest.mark.parametrize(("method", "path", "limit"), [
     ("PUT", f"/api/storage/{ZONE}/v1/huge.bin", 26214400),
     ("POST", "/api/storage/batch", None),
