@@ -20,6 +20,10 @@ file (which the byte-range locks, advisory, do not touch). The workers that wait
 (`failed_since`) and answer with the same failure at once, rather than each ask the origin that just failed (a
 client's wait twice as long before its 504, and a request each to a failing origin). A record another key's
 failure overwrote meanwhile (one slot per 4,096th of the keys) is only missed: the waiter asks the origin itself.
+Its time is the host's monotonic clock (``time.monotonic``: CLOCK_MONOTONIC, one for every process of the host, as
+the workers sharing this file are), not the wall clock: stepped back by a time sync, the wall clock made an earlier
+failure of the key look newer than a wait that began after it, whose fill then succeeded. A record whose time is
+past the clock's now is from before the host restarted (the file outlives it; the clock starts again), and ignored.
 
 Cost: two ``fcntl`` calls per fill (take, let go); a wait polls the byte (one call each time, at most every 20 ms),
 and reads one record when it ends; a failed fill writes one.
@@ -42,7 +46,8 @@ _FLOCK = struct.Struct("hhqqi4x")
 _SPAN = 1 << 62  # the byte offsets keys hash to
 _BUSY = (errno.EAGAIN, errno.EACCES)
 FILL_LOCK_FILE = "fills.lock"  # in the edge's cache directory, beside the disk tier its workers share
-# A failed fill's record: the key's byte, when it failed (Unix time), whether for want of time. FAILURE_SLOTS of them.
+# A failed fill's record: the key's byte, when it failed (`time.monotonic`), whether for want of time. FAILURE_SLOTS
+# of them.
 _FAILURE = struct.Struct("<qd?7x")
 FAILURE_SLOTS = 4096
 
@@ -133,12 +138,12 @@ class NodeFillLock:
         if fd is None:
             return
         try:
-            os.pwrite(fd, _FAILURE.pack(offset, time.time(), timeout), (offset % FAILURE_SLOTS) * _FAILURE.size)
+            os.pwrite(fd, _FAILURE.pack(offset, time.monotonic(), timeout), (offset % FAILURE_SLOTS) * _FAILURE.size)
         except OSError as exc:  # the waiters then ask the origin themselves, as before this record
             log.warning("the edge's fill lock (%s) cannot record a failed fill: %s", self.path, exc)
 
     def failed_since(self, offset: int, since: float) -> bool | None:
-        """Whether the fill of a key (its byte) another worker ended since `since` (Unix time) failed for want of
+        """Whether the fill of a key (its byte) another worker ended since `since` (`time.monotonic`) failed for want of
         time (True) or got no answer at all (False); None when no such failure is recorded."""
         fd = self._fd
         if fd is None:
@@ -150,7 +155,8 @@ class NodeFillLock:
         if len(record) < _FAILURE.size:
             return None
         recorded, at, timeout = _FAILURE.unpack(record)
-        return bool(timeout) if recorded == offset and at >= since else None
+        # Not after now: a record from before the host restarted (this file outlives it, the clock starts again).
+        return bool(timeout) if recorded == offset and since <= at <= time.monotonic() else None
 
     def close(self) -> None:
         """Let go of every byte this worker holds (closing the file does) and take no more."""

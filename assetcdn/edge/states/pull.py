@@ -319,7 +319,7 @@ class Flights:
         kept: Kept = loop.create_future()
         future.set_result(Landing(kept, body_wait_s=self._sibling_patience_s))
         kept.add_done_callback(lambda _kept: self._forget(key, future))
-        task = loop.create_task(self._sibling_fill(lock, offset, kept, self._began[key]))
+        task = loop.create_task(self._sibling_fill(lock, offset, kept, time.monotonic()))
         self._watching.add(task)
         task.add_done_callback(self._watching.discard)
         return future
@@ -328,7 +328,8 @@ class Flights:
         """Done with `kept` once the other worker lets go of the key (its fill stored, on the disk tier this worker
         reads, or not to be kept), or past `_sibling_patience_s`, when what it kept is left to the waiters' own
         look-up (a request still waiting then asks the origin itself). Done with that fill's failure when it
-        recorded one since this wait began (`since`, Unix time): its origin gave no answer (`_land`)."""
+        recorded one since this wait began (`since`, the host's monotonic clock, as the record's: a wall clock
+        stepped back would take an earlier failure of the key for this fill's): its origin gave no answer (`_land`)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._sibling_patience_s
         delay = SIBLING_POLL_FIRST_S

@@ -115,16 +115,34 @@ def test_a_failed_fill_is_read_by_the_other_workers_waiting_since_before_it(tmp_
     first, second = NodeFillLock(tmp_path / "fills.lock"), NodeFillLock(tmp_path / "fills.lock")
     try:
         offset = key_offset("pulled/down.txt")
-        began = time.time()
+        began = time.monotonic()
         assert second.failed_since(offset, began) is None  # nothing recorded yet
         first.failed(offset, timeout=True)
         assert second.failed_since(offset, began) is True
-        assert second.failed_since(offset, time.time() + 1) is None  # a wait that began later
+        assert second.failed_since(offset, time.monotonic() + 1) is None  # a wait that began later
         assert second.failed_since(offset + FAILURE_SLOTS, began) is None  # another key of the slot
         first.failed(offset + FAILURE_SLOTS, timeout=False)  # that key's failure takes the slot
         assert second.failed_since(offset, began) is None
         assert second.failed_since(offset + FAILURE_SLOTS, began) is False
         assert first.take(offset) and not second.take(offset)  # the records leave the locks alone
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_failure_recorded_before_the_host_restarted_is_not_read(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock file outlives a restart of the host, whose monotonic clock then starts again near 0: a record from
+    before (a time far past the clock's now) is no failure of a wait that began since."""
+    first, second = NodeFillLock(tmp_path / "fills.lock"), NodeFillLock(tmp_path / "fills.lock")
+    try:
+        offset = key_offset("pulled/down.txt")
+        began = time.monotonic()
+        uptime = time.monotonic
+        monkeypatch.setattr(time, "monotonic", lambda: uptime() + 30 * 86400)  # a month of uptime before
+        first.failed(offset, timeout=True)
+        monkeypatch.setattr(time, "monotonic", uptime)  # restarted since
+        assert second.failed_since(offset, began) is None
     finally:
         first.close()
         second.close()

@@ -292,3 +292,23 @@ async def test_an_error_answered_with_a_stale_copy_is_not_the_other_workers_fail
         assert waiting is not None
         land(ErrorAnswered(503))
         assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
+
+
+async def test_a_failure_recorded_before_the_wall_clock_stepped_back_is_not_a_later_fills(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first worker's fill of a URL got no answer from the origin; then the host's wall clock stepped back (a
+    time sync) and its next fill of that URL was stored: the second worker's requests that waited for that fill find
+    it stored (no failure), never the earlier failure, whose record looked newer than their wait on the wall clock."""
+    with two_workers(tmp_path) as (here, there, _locks):
+        assert here.join("k") is None
+        here.landing("k")(OriginTimeout("no head in time"))  # recorded for the waiters of that fill; the key let go
+        wall = time.time
+        monkeypatch.setattr(time, "time", lambda: wall() - 3600)  # the clock steps back an hour
+        assert here.join("k") is None
+        land = here.landing("k")
+        waiting = there.join("k")
+        assert waiting is not None
+        kept: Kept = asyncio.get_running_loop().create_future()
+        land(kept)
+        kept.set_result(True)  # stored: the key let go
+        assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
