@@ -25,6 +25,9 @@ REQUEST_ID = web.RequestKey("request_id", str)
 PREPARED = web.RequestKey("prepared_response", web.StreamResponse)
 # How long a connection cut off for a body that came too slowly is still read after its 408 (`answered_then_lingering`).
 LINGER_S = 2.0
+# The transport extra (`get_extra_info`) naming the HTTP/2 stream a request came on (its id): an answer's close ends
+# that stream only, and the connection is not the request's to linger on (`answered_then_lingering`).
+HTTP2_STREAM = "http2_stream"
 
 # Paths whose errors use the legacy envelope (docs/api-guide.md "Auth and errors"); the other routes use the
 # standard envelope.
@@ -200,13 +203,18 @@ async def answered_then_lingering(request: web.Request, answer: web.StreamRespon
     does. Closed at once, the connection would often hold bytes of the body the client went on sending, unread: the
     kernel then resets it (RST) rather than end it, and a client still sending loses the answer it had not read yet
     (aiohttp's own lingering read ends at once on the body's timeout). Only for such a 408: a connection that stays
-    open a little longer per client that was cut off anyway."""
+    open a little longer per client that was cut off anyway. Over TLS, which has no half-close (its transports
+    cannot write EOF: the close_notify comes with the close), the connection is read and dropped all the same,
+    without the FIN first: closed at once it was reset as the client went on sending. Not an HTTP/2 stream (the
+    edge's, assetcdn/edge/tls/h2.py: `HTTP2_STREAM`), whose close ends that stream only, never the connection."""
     await answer.prepare(request)
     await answer.write_eof()
     transport = request.transport
-    if transport is not None and not transport.is_closing() and transport.can_write_eof():
+    if transport is None or transport.is_closing() or transport.get_extra_info(HTTP2_STREAM) is not None:
+        return answer
+    if transport.can_write_eof():
         transport.write_eof()
-        await asyncio.sleep(LINGER_S)
+    await asyncio.sleep(LINGER_S)
     return answer
 
 

@@ -449,6 +449,8 @@ class StreamTransport(asyncio.Transport):
             return default
         if name == "when_sent":
             return self.when_sent
+        if name == "http2_stream":  # the connection is not this request's alone (assetcdn/shared/middleware.py
+            return self.stream_id     # HTTP2_STREAM, not imported here: that module loads aiohttp's server)
         transport = self.connection.transport
         return transport.get_extra_info(name, default) if transport is not None else default
 
