@@ -313,13 +313,16 @@ class Flights:
         if lock is None:
             return None
         offset = key_offset(key)
+        # Before the look at the byte: a failure the other worker records as it lets go, right after this look
+        # found the byte held, is one of the fill this request waits for (`_sibling_fill`).
+        since = time.monotonic()
         if lock.take(offset):
             self._locked[key] = offset
             return None
         kept: Kept = loop.create_future()
         future.set_result(Landing(kept, body_wait_s=self._sibling_patience_s))
         kept.add_done_callback(lambda _kept: self._forget(key, future))
-        task = loop.create_task(self._sibling_fill(lock, offset, kept, time.monotonic()))
+        task = loop.create_task(self._sibling_fill(lock, offset, kept, since))
         self._watching.add(task)
         task.add_done_callback(self._watching.discard)
         return future
