@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, start_cdn
+from tests.support.sockets import still_sending_after_answer
 
 pytestmark = pytest.mark.integration
 
@@ -126,14 +127,8 @@ async def test_a_client_still_sending_its_body_after_its_408_reads_the_answer_to
             f"AccessKey: {ACCESS['AccessKey']}\r\nContent-Length: 100000\r\n\r\n").encode()
     reader, writer = await asyncio.open_connection("127.0.0.1", port_of(cdn, process))
     try:
-        writer.write(head + b"x")
-        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
+        answer, rest = await still_sending_after_answer(reader, writer, head, WAIT_S)
         assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
-        for _ in range(10):  # half a second more of the body
-            writer.write(b"x" * 1000)
-            await writer.drain()
-            await asyncio.sleep(0.05)
-        rest = await asyncio.wait_for(reader.read(), WAIT_S)  # to the end: the rest of the answer, then EOF
         assert b'"code":"RequestTimeout"' in rest
     finally:
         writer.close()

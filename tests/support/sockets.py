@@ -73,3 +73,17 @@ async def raw_answer(port: int, head: bytes, timeout_s: float = 30.0) -> bytes:
         return await asyncio.wait_for(reader.read(), timeout_s)
     finally:
         writer.close()
+
+
+async def still_sending_after_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes,
+                                     timeout_s: float = 30.0) -> tuple[bytes, bytes]:
+    """A client that sends `head` and one byte of its body, reads the answer's head, then goes on sending its body
+    (1 KB every 50 ms for half a second, as a client that does not look at the answer yet does) and reads to the end:
+    (the answer's head, the rest until the server's end of the connection). A reset raises ConnectionResetError."""
+    writer.write(head + b"x")
+    answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout_s)
+    for _ in range(10):
+        writer.write(b"x" * 1000)
+        await writer.drain()
+        await asyncio.sleep(0.05)
+    return answer, await asyncio.wait_for(reader.read(), timeout_s)

@@ -193,16 +193,22 @@ async def test_a_worker_waits_for_the_fill_another_worker_of_the_edge_leads_unti
         assert there.join("k") is None and here.lead("k") is None  # the second worker's next miss leads
 
 
-async def test_a_fill_that_keeps_nothing_lets_the_other_workers_ask_at_once(tmp_path: Path) -> None:
-    """The first worker's answer is not kept (landed with nothing): the key is let go at its head, and the second
-    worker's waiting requests look up (nothing) and ask the origin themselves."""
+async def landed_for_the_other_worker(tmp_path: Path, landed: OriginError | None) -> OriginError | None:
+    """What a request of the second worker that waits for the first worker's fill gets once that fill lands `landed`
+    (`await_flight`: a failure, or None when it finds its own way)."""
     with two_workers(tmp_path) as (here, there, _locks):
         assert here.join("k") is None
         land = here.landing("k")
         waiting = there.join("k")
         assert waiting is not None
-        land(None)
-        assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
+        land(landed)
+        return await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5)
+
+
+async def test_a_fill_that_keeps_nothing_lets_the_other_workers_ask_at_once(tmp_path: Path) -> None:
+    """The first worker's answer is not kept (landed with nothing): the key is let go at its head, and the second
+    worker's waiting requests look up (nothing) and ask the origin themselves."""
+    assert await landed_for_the_other_worker(tmp_path, None) is None
 
 
 async def test_a_worker_gone_mid_fill_leaves_no_key_held(tmp_path: Path) -> None:
@@ -272,26 +278,14 @@ async def test_a_fill_of_another_worker_the_origin_failed_is_the_waiters_failure
         tmp_path: Path, failure: OriginError) -> None:
     """The first worker's fill got no answer from the origin: the second worker's waiting requests take that failure
     (a 504 or 502, or their stale copy) rather than each ask the failing origin again."""
-    with two_workers(tmp_path) as (here, there, _locks):
-        assert here.join("k") is None
-        land = here.landing("k")
-        waiting = there.join("k")
-        assert waiting is not None
-        land(failure)
-        got = await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5)
-        assert isinstance(got, OriginError) and got.timeout is failure.timeout
+    got = await landed_for_the_other_worker(tmp_path, failure)
+    assert isinstance(got, OriginError) and got.timeout is failure.timeout
 
 
 async def test_an_error_answered_with_a_stale_copy_is_not_the_other_workers_failure(tmp_path: Path) -> None:
     """The origin answered the first worker's fill with an error status its stale copy answered (ErrorAnswered): the
     origin did answer, so the second worker's requests find nothing stored and ask it themselves."""
-    with two_workers(tmp_path) as (here, there, _locks):
-        assert here.join("k") is None
-        land = here.landing("k")
-        waiting = there.join("k")
-        assert waiting is not None
-        land(ErrorAnswered(503))
-        assert await asyncio.wait_for(await_flight(waiting, OriginLimits()), 5) is None
+    assert await landed_for_the_other_worker(tmp_path, ErrorAnswered(503)) is None
 
 
 async def test_a_failure_recorded_before_the_wall_clock_stepped_back_is_not_a_later_fills(
