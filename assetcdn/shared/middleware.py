@@ -23,10 +23,10 @@ log = logging.getLogger(__name__)
 REQUEST_ID = web.RequestKey("request_id", str)
 # The answer whose head was made (`_stamp_headers`): the status its client gets, however its body ends.
 PREPARED = web.RequestKey("prepared_response", web.StreamResponse)
-# How long a connection cut off for a body that came too slowly is still read after its 408 (`answered_then_lingering`).
+# How long a connection cut off for a body that came too slowly is still read after its 408 (`LingeringAnswer`).
 LINGER_S = 2.0
 # The transport extra (`get_extra_info`) naming the HTTP/2 stream a request came on (its id): an answer's close ends
-# that stream only, and the connection is not the request's to linger on (`answered_then_lingering`).
+# that stream only, and the connection is not the request's to linger on (`LingeringAnswer`).
 HTTP2_STREAM = "http2_stream"
 
 # Paths whose errors use the legacy envelope (docs/api-guide.md "Auth and errors"); the other routes use the
@@ -186,8 +186,8 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
                           request.method, request.rel_url.raw_path, request_id)
             raise
         answer = error_answer(request, request_id, exc)
-        if answer.status == 408 and body_timed_out(request):
-            return await answered_then_lingering(request, answer)
+        if answer.status == 408 and isinstance(answer, web.Response) and body_timed_out(request):
+            return LingeringAnswer(request, answer)
         return answer
     return response
 
@@ -197,25 +197,35 @@ def body_timed_out(request: web.Request) -> bool:
     return request.body_exists and isinstance(request.content.exception(), BodyTimeout)
 
 
-async def answered_then_lingering(request: web.Request, answer: web.StreamResponse) -> web.StreamResponse:
-    """The 408 of a body that came too slowly, written, then this side of the connection ended (FIN) and whatever
-    the client still sends read and dropped for LINGER_S before the connection closes, as nginx's lingering close
-    does. Closed at once, the connection would often hold bytes of the body the client went on sending, unread: the
-    kernel then resets it (RST) rather than end it, and a client still sending loses the answer it had not read yet
-    (aiohttp's own lingering read ends at once on the body's timeout). Only for such a 408: a connection that stays
-    open a little longer per client that was cut off anyway. Over TLS, which has no half-close (its transports
-    cannot write EOF: the close_notify comes with the close), the connection is read and dropped all the same,
-    without the FIN first: closed at once it was reset as the client went on sending. Not an HTTP/2 stream (the
-    edge's, assetcdn/edge/tls/h2.py: `HTTP2_STREAM`), whose close ends that stream only, never the connection."""
-    await answer.prepare(request)
-    await answer.write_eof()
-    transport = request.transport
-    if transport is None or transport.is_closing() or transport.get_extra_info(HTTP2_STREAM) is not None:
-        return answer
-    if transport.can_write_eof():
-        transport.write_eof()
-    await asyncio.sleep(LINGER_S)
-    return answer
+class LingeringAnswer(web.Response):
+    """The 408 of a body that came too slowly (`answer`), written as the handler's answer is, then this side of the
+    connection ended (FIN) and whatever the client still sends read and dropped for LINGER_S before the connection
+    closes, as nginx's lingering close does. Closed at once, the connection would often hold bytes of the body the
+    client went on sending, unread: the kernel then resets it (RST) rather than end it, and a client still sending
+    loses the answer it had not read yet (aiohttp's own lingering read ends at once on the body's timeout). Only for
+    such a 408: a connection that stays open a little longer per client that was cut off anyway.
+
+    The linger runs in `write_eof`, which aiohttp calls once the middlewares returned the answer: the request's
+    latency (assetcdn/shared/metrics.py) and control's request log entry are the answer's, as any answer's, not the
+    answer's plus the linger's; the connection is still held by its request until the linger ends (as the sleep of
+    a handler, which a stopping server waits for). Over TLS, which has no half-close (its transports cannot write
+    EOF: the close_notify comes with the close), the connection is read and dropped all the same, without the FIN
+    first. Not an HTTP/2 stream (the edge's, assetcdn/edge/tls/h2.py: `HTTP2_STREAM`), whose close ends that
+    stream only, never the connection."""
+
+    def __init__(self, request: web.Request, answer: web.Response) -> None:
+        super().__init__(body=answer.body, status=answer.status, headers=answer.headers)
+        self._lingering_request = request
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        await super().write_eof(data)
+        request = self._lingering_request
+        transport = request.transport
+        if transport is None or transport.is_closing() or transport.get_extra_info(HTTP2_STREAM) is not None:
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+        await asyncio.sleep(LINGER_S)
 
 
 def client_gone(request: web.Request) -> bool:
