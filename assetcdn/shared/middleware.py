@@ -225,6 +225,11 @@ class LingeringAnswer(web.Response):
             return
         if transport.can_write_eof():
             transport.write_eof()
+        # aiohttp's handler of the connection takes nothing more from it: what arrives is dropped as it comes (no
+        # parsing, no buffer), however much, and reading goes on where the body's buffer (128 KB) had paused it.
+        # Read only to that buffer, the rest would wait in the kernel, and the close would reset the connection.
+        request.protocol.close()
+        transport.resume_reading()
         await asyncio.sleep(LINGER_S)
 
 

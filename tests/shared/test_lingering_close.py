@@ -1,7 +1,8 @@
 """The lingering close after the 408 of a body that came too slowly (assetcdn/shared/middleware.py `LingeringAnswer`),
 on control and on the edge (its hit site in front, as the edge process runs it): the request's latency in
 `assetcdn_request_seconds` and control's request log entry are the answer's, not the answer's plus the 2 s of the
-linger."""
+linger, and a client that goes on sending much more than the request body's buffer after its 408 reads the answer
+to a clean end, never a reset."""
 
 from __future__ import annotations
 
@@ -19,11 +20,16 @@ from aiohttp.test_utils import TestClient
 from tests.support.cdn import ZONE, Cdn, shared_cdn_apps
 from tests.support.control import ACCESS, ACCOUNT, METRICS
 from tests.support.metrics_text import metric
+from tests.support.sockets import sending_much_after_answer
 from tests.support.wait import WAIT_S, wait_until
 
 BODY_TIMEOUT_S = "1"  # [server] body_timeout_s of this module's CDN (with 1 s more per 16 KB received)
 # The route each process counts a storage upload under (the edge forwards it to control).
 UPLOAD_ROUTE = {"control": "/api/storage/{path}", "edge": "/api/{tail}"}
+# What a client still sends after its 408: past aiohttp's buffer of a request body (128 KB) and what the kernel's
+# buffers take of it when the server reads no more, the client's send buffer small (tests/support/sockets.py): on
+# loopback a megabyte fitted in them, four did not.
+STILL_SENT = 8 * 1024 * 1024
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -117,3 +123,16 @@ async def test_controls_request_log_has_a_408_with_the_time_its_answer_took(cdn:
     [entry] = logged
     assert entry["status"] == 408
     assert entry["durationMs"] <= round(waited * 1000, 1), (entry["durationMs"], waited)  # logged to 0.1 ms
+
+
+@pytest.mark.parametrize("process", ["control", "edge"])
+async def test_a_client_sending_megabytes_after_its_408_reads_the_answer_to_a_clean_end(
+        cdn: Cdn, process: str) -> None:
+    """What the client sends after its 408 is read and dropped however much it is, for the linger's time. It was read
+    only to the request body's buffer (128 KB): the rest stayed in the kernel, the client could not send it, and the
+    close reset the connection under it."""
+    client = client_of(cdn, process)
+    head = upload_head(client, f"much-{process}.txt", 2 * STILL_SENT, str(uuid.uuid4()))
+    answer = await sending_much_after_answer(port_of(client), head, STILL_SENT, timeout_s=WAIT_S)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:300]
+    assert b'"code":"RequestTimeout"' in answer

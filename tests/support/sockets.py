@@ -1,6 +1,7 @@
 """Sockets: a listener on a free loopback port to configure before a server uses it, what the kernel can take
 of a response for a client that reads nothing (the bound on the bytes a test of aborted downloads may see
-counted as sent), and a client with a small receive window (one slow to read, or reading nothing)."""
+counted as sent), a client with a small receive window (one slow to read, or reading nothing), and clients that go
+on sending their body after its answer."""
 
 from __future__ import annotations
 
@@ -87,3 +88,35 @@ async def still_sending_after_answer(reader: asyncio.StreamReader, writer: async
         await writer.drain()
         await asyncio.sleep(0.05)
     return answer, await asyncio.wait_for(reader.read(), timeout_s)
+
+
+# A client's send buffer (the kernel doubles it) where a test counts what it holds: small next to the megabytes it
+# sends, not so small that it sends slowly (16 KB moved 2.5 MB/s on loopback).
+SMALL_SEND_BUFFER = 256 * 1024
+
+
+async def sending_much_after_answer(port: int, head: bytes, more: int, timeout_s: float = 30.0) -> bytes:
+    """A client that sends `head` and one byte of its body, reads the answer's head, then sends `more` bytes of its
+    body at once (a large upload that does not look at the answer yet), waits until they all left its buffers, and
+    reads to the end: the answer's head and the rest until the server's end of the connection. Its send buffer is
+    small (SMALL_SEND_BUFFER): bytes the server does not read stay in it and the kernel's buffers, and once those are
+    full the client waits, until the server reads or resets the connection. A reset raises ConnectionResetError (or
+    BrokenPipeError)."""
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SMALL_SEND_BUFFER)
+        client.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(client, ("127.0.0.1", port))
+    except BaseException:
+        client.close()
+        raise
+    reader, writer = await asyncio.open_connection(sock=client)
+    try:
+        writer.write(head + b"x")
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout_s)
+        writer.transport.set_write_buffer_limits(high=0)  # drain() returns once the transport holds nothing
+        writer.write(b"x" * more)
+        await asyncio.wait_for(writer.drain(), timeout_s)
+        return answer + await asyncio.wait_for(reader.read(), timeout_s)
+    finally:
+        writer.close()
