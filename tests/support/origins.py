@@ -190,17 +190,17 @@ async def shared_pull_zone(root: Path, first_byte_timeout_s: str = FIRST_BYTE_TI
     """One CDN (tests/support/cdn.py) with the pull zone ZONE, and the scripted origin it pulls from, for the
     tests of a module (each with paths of its own); stopped when the module's tests are done. `first_byte_timeout_s`:
     the origin's, longer for tests whose origin holds its answer until their requests have gathered; `env`: other
-    settings (a test's own CDN)."""
+    settings (a test's own CDN; ASSETCDN_ORIGIN_BODY_TIMEOUT_S among them replaces ORIGIN_BODY_TIMEOUT_S)."""
     origin = ScriptedOrigin()
     server = await serve_origin(origin)
     try:
         # The idle timeout is far above the tests' waits: only the first-byte and body timeouts end a silent origin.
+        settings = {"ASSETCDN_ORIGIN_BODY_TIMEOUT_S": str(ORIGIN_BODY_TIMEOUT_S), **env}
         async with shared_cdn_apps(root, ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
                                    ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S=first_byte_timeout_s,
                                    ASSETCDN_ORIGIN_IDLE_TIMEOUT_S="300",
-                                   ASSETCDN_ORIGIN_BODY_TIMEOUT_S=str(ORIGIN_BODY_TIMEOUT_S),
                                    ASSETCDN_ORIGIN_MAX_OBJECT_MB=str(MAX_OBJECT_MB),
-                                   ASSETCDN_SERVER_BODY_TIMEOUT_S=BODY_TIMEOUT_S, **env) as cdn:
+                                   ASSETCDN_SERVER_BODY_TIMEOUT_S=BODY_TIMEOUT_S, **settings) as cdn:
             await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}",
                                             "HostHeader": HOST_HEADER, "RequestHeaders": dict([SECRET])})
             yield Pull(cdn, origin)

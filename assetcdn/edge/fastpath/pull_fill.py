@@ -41,6 +41,7 @@ from assetcdn.edge.origin_client import OriginError, OriginResponse
 from assetcdn.edge.site_config import PullZone, apply_rule_changes
 from assetcdn.edge.states.deliver import header_changes
 from assetcdn.edge.states.freshness import Directives, first_value
+from assetcdn.edge.states.growing import Growing
 from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.pull import (
     FLIGHTS,
@@ -53,6 +54,7 @@ from assetcdn.edge.states.pull import (
     fill_headers,
     flight_key,
     found_too_large,
+    growing_for,
     judge,
     keep,
     lookup,
@@ -201,9 +203,11 @@ class PullFills:
             if isinstance(fetched, OriginResponse) and (writes := self._writes(zone, lowered, fetched)) is not None:
                 # The requests waiting for this URL wait for the answer to be stored, not for this client.
                 kept = self.server.loop.create_future()
-                land(kept, selected_by(fetched.headers, sent))
+                growing = growing_for(kept, writes[0])
+                land(kept, selected_by(fetched.headers, sent), growing)
                 try:
-                    await self._answer(conn, fill, zone, named, url_key, sent, fetched, changes, kept, *writes)
+                    await self._answer(conn, fill, zone, named, url_key, sent, fetched, changes, kept, growing,
+                                       *writes)
                 finally:
                     settle(kept)
                 return
@@ -249,9 +253,11 @@ class PullFills:
             response.release()
             return CacheResult.PASS
         kept = self.server.loop.create_future()
-        land(kept, selected_by(response.headers, sent))
+        growing = growing_for(kept, declared)
+        land(kept, selected_by(response.headers, sent), growing)
         try:
-            await keep(node, zone, named.path, url_key, sent, response, parsed, new_spool(declared), None, kept)
+            await keep(node, zone, named.path, url_key, sent, response, parsed, new_spool(declared), None, kept,
+                       growing=growing)
         finally:
             settle(kept)
         return CacheResult.MISS
@@ -309,7 +315,7 @@ class PullFills:
 
     async def _answer(self, conn: HitProtocol, fill: Fill, zone: PullZone, named: PullPath, url_key: str,
                       sent: Varied, response: OriginResponse, changes: HeaderChanges,
-                      kept: Kept, declared: int, parsed: Directives) -> None:
+                      kept: Kept, growing: Growing | None, declared: int, parsed: Directives) -> None:
         """`pull.send_and_keep` of a storable answer, written to the connection (`kept` done once stored)."""
         server = self.server
         node = server.node
@@ -341,7 +347,7 @@ class PullFills:
             self._send_head(conn, head)
         sending = await keep(node, zone, named.path, url_key, sent, response, parsed, new_spool(declared),
                              None if fill.head_only else partial(self._sender(conn), conn, counter, head), kept,
-                             transport=conn.transport, watch=conn.watch_lost)
+                             transport=conn.transport, watch=conn.watch_lost, growing=growing)
         if sending is None:
             self._send_head(conn, head)
             conn.closing = True  # a body cut short must not look complete to the client

@@ -99,6 +99,7 @@ from assetcdn.edge.states.freshness import (
     vary_fields,
     withheld_fields,
 )
+from assetcdn.edge.states.growing import EndedShort, Growing
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.cache_results import CacheResult
@@ -241,12 +242,14 @@ class Landing:
     purged meanwhile) sends one of the waiters to the origin again, the others waiting for it. `selected`: which
     requests the answer being kept is the variant of, when it varies. `body_wait_s`: how long `kept` is waited for
     when not `body_patience_s`: another worker's fill (`Flights._begin`) is landed at once, before its head is in, so
-    its body's wait covers the landing's too (`Flights._sibling_fill` ends it by then)."""
+    its body's wait covers the landing's too (`Flights._sibling_fill` ends it by then). `growing`: the body as the
+    leader reads it, which the waiters may be answered from before it is stored (assetcdn/edge/states/growing.py)."""
 
     kept: Kept | None = None
     failed: OriginError | None = None
     selected: Selected | None = None
     body_wait_s: float | None = None
+    growing: Growing | None = None
 
     @property
     def elsewhere(self) -> bool:
@@ -386,9 +389,9 @@ class Flights:
         return partial(self._land, key, self._waiting[key])
 
     def _land(self, key: str, future: asyncio.Future[Landing], kept: Kept | OriginError | None = None,
-              selected: Selected | None = None) -> None:
+              selected: Selected | None = None, growing: Growing | None = None) -> None:
         """Tell the waiters the response's fate (an OriginError: the origin failed it; `selected`: the variant
-        `kept` is, when it varies). While `kept` is not done, requests for the key still join the flight and wait
+        `kept` is, when it varies; `growing`: its body as it is read). While `kept` is not done, requests for the key still join the flight and wait
         for it; a flight landed already is left as it is."""
         if future.done():
             return
@@ -399,7 +402,7 @@ class Flights:
                 self._node_lock.failed(offset, kept.timeout)  # for the other workers' requests waiting for it
             kept = None
         else:
-            future.set_result(Landing(kept, selected=selected))
+            future.set_result(Landing(kept, selected=selected, growing=growing))
         if kept is None or kept.done():
             self._forget(key, future)
         else:
@@ -441,13 +444,15 @@ def body_patience_s(limits: OriginLimits) -> float:
 
 
 async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits,
-                       deadline: float | None = None, sent: Varied | None = None) -> OriginError | None:
+                       deadline: float | None = None, sent: Varied | None = None,
+                       growing: bool = False) -> OriginError | None:
     """Wait for a flight: its landing within `flight_patience_s` (TimeoutError past it), then the body it keeps
     for `body_patience_s` or the landing's own `body_wait_s` (past that the caller finds nothing stored and asks the
     origin itself), unless that body is the variant of other request fields' values than the waiter's (`sent`): it
     would not answer the waiter, which asks for its own at once. The origin's failure, if it failed the flight: no answer at all, or a body that
     failed once its head was in (`Kept`). `deadline` (the loop's time): the end of all the waiting, landing and
-    body, when the request has less time than that (`through_flight`)."""
+    body, when the request has less time than that (`through_flight`). `growing`: the caller may be answered from
+    the body as it is read (`Landing.growing`): waited for only until that begins, when it does."""
     loop = asyncio.get_running_loop()
     landing = await asyncio.wait_for(asyncio.shield(flight), flight_patience_s(limits) if deadline is None
                                      else max(0.0, deadline - loop.time()))
@@ -462,7 +467,10 @@ async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits,
         else:
             wait_s = body_patience_s(limits) if landing.body_wait_s is None else landing.body_wait_s
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(kept), wait_s)
+            if growing and landing.growing is not None:
+                await asyncio.wait_for(landing.growing.begun_or(kept), wait_s)
+            else:
+                await asyncio.wait_for(asyncio.shield(kept), wait_s)
         if kept.done() and isinstance(failure := kept.result(), OriginError):
             return failure
     return None
@@ -500,7 +508,8 @@ def shield_filling() -> ApiError:
                     "in the time the asking edge has; ask the origin for this request.")
 
 
-def no_landing(kept: Kept | OriginError | None = None, selected: Selected | None = None) -> None:
+def no_landing(kept: Kept | OriginError | None = None, selected: Selected | None = None,
+               growing: Growing | None = None) -> None:
     """`land` for a request that leads no flight."""
 
 
@@ -581,6 +590,19 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                 missed.append(forwarded_because(stored, sent, now))
             return None, stored
 
+    async def growing(fill: Growing) -> web.StreamResponse | None:
+        # Collapsed into the flight's origin request, as when answered from what it stored (`cached`).
+        if not fill.joinable(node.cache.purge_mark()):
+            return None
+        fill.join()
+        try:
+            answer = await deliver_growing(request, fill, CacheResult.HIT,
+                                           collapsed_cache_status(missed[0] if missed else "uri-miss"))
+        finally:
+            fill.leave()
+        count_lookup(request, CacheResult.HIT)
+        return answer
+
     if getattr(request.transport, "fetched", None) is not None:
         # The hit path fetched this request's answer (assetcdn/edge/fastpath/pull_fill.py): it is the answer, even
         # when the cache holds the URL by now (its shield, another worker of this edge, stored what it fetched).
@@ -599,7 +621,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                                 # Another edge's: what is left of its first-byte time for this shield.
                                 patience_s=node.origins.limits.first_byte_timeout_s * SHIELD_FIRST_BYTE_SHARE
                                 if from_edge(request) else None, sent=sent,
-                                stale=partial(stale_on_error, request, zone, fields))
+                                stale=partial(stale_on_error, request, zone, fields), growing=growing)
 
 
 async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits,
@@ -607,8 +629,8 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
                          fill: Fill[R],
                          failed: Callable[[StoredResponse | None, OriginError], Awaitable[R]],
                          patience_s: float | None = None, sent: Varied | None = None,
-                         stale: Callable[[StoredResponse | None, OriginError], Awaitable[R | None]] | None = None
-                         ) -> R:
+                         stale: Callable[[StoredResponse | None, OriginError], Awaitable[R | None]] | None = None,
+                         growing: Callable[[Growing], Awaitable[R | None]] | None = None) -> R:
     """What a request of the key's flight gets: `cached`'s answer from the cache (None: nothing there it may
     use, and the stored response it found; after a wait for a flight, given when the wait began: a response the
     origin gave since then, which postdates this request, is its answer as it is, even one to be validated before
@@ -632,7 +654,9 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
     `ShieldFilling`: the asking edge takes it as a refusal of that one request and asks the origin itself, leaving
     the shield up), rather than the asking edge giving up on the shield and passing it over for every path; so is
     one whose answer is not shared (the shield's own origin request for it would begin late), and one whose body the
-    origin failed where no stale copy answers it."""
+    origin failed where no stale copy answers it.
+    `growing`: how a request that waited is answered from the flight's body as its leader reads it, before it is
+    stored (assetcdn/edge/states/growing.py; None when it may not be, and the request waits for the body stored)."""
     waited: asyncio.Future[Landing] | None = None  # the flight this request waited for
     since: float | None = None  # when it began waiting for it (Unix time)
     retried = False
@@ -662,8 +686,14 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
         if waiting is waited:  # that flight's body still being read past body_timeout_s: it asks itself
             return await fill(stored, no_landing)
         since = time.time()
+        streams = growing is not None and deadline is None
         try:
-            failure = await await_flight(waiting, limits, deadline, sent)
+            failure = await await_flight(waiting, limits, deadline, sent, streams)
+            if streams and failure is None and (streamed := await from_growing(waiting, sent, growing)) is not None:
+                flights.waiters += 1
+                return streamed
+            if streams and failure is None:  # not answered from it: its body stored, as for any waiting request
+                failure = await await_flight(waiting, limits, deadline, sent)
         except TimeoutError:
             if deadline is not None:
                 raise shield_filling() from None
@@ -688,6 +718,17 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
         return await fill(stored, land, whole_first=whole_first)
     finally:
         land(None)
+
+
+async def from_growing(flight: asyncio.Future[Landing], sent: Varied | None,
+                       answer: Callable[[Growing], Awaitable[R | None]] | None) -> R | None:
+    """`answer` from the body a landed flight is reading (`through_flight`), when it is being read still and is the
+    variant this request selects; else None."""
+    landing = flight.result()
+    growing, kept = landing.growing, landing.kept
+    if answer is None or growing is None or kept is None or kept.done() or other_variant(landing, sent):
+        return None
+    return await answer(growing)
 
 
 def named_by_body(headers: Headers) -> bool:
@@ -849,9 +890,10 @@ class Fill(Protocol[R_co]):
 
 class Land(Protocol):
     """How a flight's leader lands it (`Flights.landing`): the answer being kept (and the variant it is, when it
-    varies), the origin's failure, or None (nothing kept for the others)."""
+    varies, and its body as it is read), the origin's failure, or None (nothing kept for the others)."""
 
-    def __call__(self, kept: Kept | OriginError | None = None, selected: Selected | None = None) -> None: ...
+    def __call__(self, kept: Kept | OriginError | None = None, selected: Selected | None = None,
+                 growing: Growing | None = None) -> None: ...
 
 
 def count_lookup(request: web.Request, result: str) -> None:
@@ -1106,10 +1148,11 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     # The waiters learn now whether they get this answer: they wait for it to be stored (`kept`), not for
     # this client to take it, or ask for their own at once.
     kept = asyncio.get_running_loop().create_future() if why is None else None
-    land(kept, None if kept is None else selected_by(response.headers, varied(request, zone, fields)))
+    growing = growing_for(kept, declared)
+    land(kept, None if kept is None else selected_by(response.headers, varied(request, zone, fields)), growing)
     try:
         return await send_and_keep(request, node, zone, path, url_key, fields, response, fwd, why, declared, parsed,
-                                   kept, replacing)
+                                   kept, replacing, growing)
     finally:
         settle(kept)
 
@@ -1215,7 +1258,7 @@ def new_spool(declared: int | None) -> IO[bytes]:
 async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Varied, response: OriginResponse,
                parsed: Directives, spool: IO[bytes] | None, send: Callable[[bytes], Awaitable[bool]] | None,
                kept: Kept | None, *, replacing: str | None = None, transport: Any = None,
-               watch: Watch | None = None) -> bool | None:
+               watch: Watch | None = None, growing: Growing | None = None) -> bool | None:
     """A fill's body, both fills' (this module's and pull_fill.py's): into `spool` (None: not kept), to the cache,
     then `kept` done, and to its client (`send`, as `relay_body` takes it). A body that is kept is read and stored
     at the origin's pace, whatever the client's: one read with its head is sent first when it fits the
@@ -1228,7 +1271,8 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
     revalidation of (`replacing`, its key) goes then, as when a body declared too large answers it
     (`drop_if_superseded`): left, stale-if-error would answer with the body the origin replaced. `transport`: the
     client's, whose connection's places among the lagging its feed takes (`ClientFeed`), and `watch` its
-    connection's, which tells a lagging feed that its client is gone.
+    connection's, which tells a lagging feed that its client is gone. `growing`: told of the body as it is read
+    (one not read with its head), for the requests waiting for the URL (assetcdn/edge/states/growing.py).
     Whether the client took the whole body; None when the origin's body failed, or the fill's temporary file did
     while the client lagged behind it (what it had still to be sent was there): the caller cuts the client's
     answer short, so that it does not look complete."""
@@ -1250,9 +1294,12 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
         else:
             if spool is not None and send is not None:
                 feed = ClientFeed(send, transport, watch)
+            if growing is not None and spool is not None:
+                growing.begin(growing_head(url_key, response, parsed, growing.declared), response.purge_mark)
             try:
                 spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed,
-                                                  partial(no_longer_kept, node, kept, replacing, url_key, response))
+                                                  partial(no_longer_kept, node, kept, replacing, url_key, response),
+                                                  growing)
             except OriginError as exc:
                 ORIGIN_FAILURES.log(logging.INFO, f"body {zone.name}", "pull zone %s: the origin's body for %s failed: %s",
                                     zone.name, path, exc)
@@ -1266,6 +1313,8 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
                 return None
             if feed is not None and feed.lagging and spool is not None:
                 rest = rest_of(spool, feed.offered, SPOOL_MEMORY)  # before `store` takes the spool
+            if growing is not None:  # its readers have every byte now, before it is stored
+                growing.end(spool is not None)
         if spool is not None:
             settle(kept, await store(node, zone, path, url_key, sent, response, stored_headers(response.headers, parsed),
                                      spool, digest.hexdigest() if digest is not None else None) is not None)
@@ -1283,6 +1332,8 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
                                    SPOOL_MEMORY, exc)
                 return None
     finally:
+        if growing is not None:  # ended short, unless it ended above
+            growing.end(False)
         if rest is not None:
             rest.close()
         if feed is not None:
@@ -1329,7 +1380,7 @@ def whole_spool(whole: bytes, spool: IO[bytes] | None, limit: int, digest: Any) 
 async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                         fields: Headers, response: OriginResponse, fwd: str, why: NotStored | None,
                         declared: int | None, parsed: Directives, kept: Kept | None,
-                        replacing: str | None = None) -> web.StreamResponse:
+                        replacing: str | None = None, growing: Growing | None = None) -> web.StreamResponse:
     """The body to this client as it arrives, kept too when `why` is None (`kept` done once it is; `replacing`: as
     `stream_and_store` takes it)."""
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
@@ -1355,12 +1406,23 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
 
     sending = await keep(node, zone, path, url_key, varied(request, zone, fields), response, parsed,
                          new_spool(declared) if why is None else None, send if with_body else None, kept,
-                         replacing=replacing, transport=request.transport, watch=partial(watch_lost, request))
+                         replacing=replacing, transport=request.transport, watch=partial(watch_lost, request),
+                         growing=growing)
     if sending is None:
         broken_off(request, client)
     elif sending:
         await client.write_eof()
     return client
+
+
+def growing_for(kept: Kept | None, declared: int | None) -> Growing | None:
+    """What a fill tells the requests waiting for its URL of its body as it reads it (`Landing.growing`): one that
+    is kept, of a declared length over SPOOL_MEMORY. A smaller one is waited for whole, as it is soon read: so a
+    body the origin fails is the waiters' stale copy or one more origin request answered whole (`through_flight`),
+    never an answer cut short, which a request answered as the body is read gets (assetcdn/edge/states/growing.py)."""
+    if kept is None or declared is None or declared <= SPOOL_MEMORY:
+        return None
+    return Growing(declared, SPOOL_MEMORY)
 
 
 def settle(kept: Kept | None, stored: bool | OriginError | None = None) -> None:
@@ -1375,12 +1437,14 @@ def settle(kept: Kept | None, stored: bool | OriginError | None = None) -> None:
 async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | None, digest: Any,
                      send: Callable[[bytes], Awaitable[bool]] | None,
                      feed: ClientFeed | None = None,
-                     dropped: Callable[[int | None], None] | None = None) -> tuple[IO[bytes] | None, bool]:
+                     dropped: Callable[[int | None], None] | None = None,
+                     growing: Growing | None = None) -> tuple[IO[bytes] | None, bool]:
     """Read the origin's body (not read whole with its head: `keep`): each chunk offered to `feed` (the client's,
     for a body being kept) or to `send` (None: nothing is sent; it answers False once the client is gone), and
     into `spool` (and `digest`) while the body stays within `limit`, past which it is still sent but no longer
     kept (`dropped` is told the length it was found at, or None when the spool's file failed instead; a lagging
-    feed is first given what it had still to be sent of the spool, and sets the fill's pace from then on). Stops
+    feed is first given what it had still to be sent of the spool, and sets the fill's pace from then on).
+    `growing` is told of each chunk once it is in the spool, and of a spool given up (ended short). Stops
     early when nothing is sent or kept any more. Returns the spool (None: not kept) and whether the client took the
     whole body (with a feed: whether the client is still there);
     OriginError when the origin's body fails (the spool closed, as on any other error)."""
@@ -1394,11 +1458,13 @@ async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | No
                         feed.keep_pace(rest_of(spool, feed.offered, SPOOL_MEMORY) if feed.lagging else None)
                     spool.close()
                     spool = None
+                    if growing is not None:
+                        growing.end(False)
                     if dropped is not None:
                         dropped(size)
                 else:
                     try:
-                        await spool_write(spool, chunk, size)
+                        await spool_write(spool, chunk, size, flush=growing is not None)
                     except OSError as exc:
                         if feed is not None and feed.lagging:  # what the client is still to be sent is in the spool
                             raise
@@ -1409,11 +1475,15 @@ async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | No
                             feed.keep_pace(None)
                         spool.close()
                         spool = None
+                        if growing is not None:
+                            growing.end(False)
                         if dropped is not None:
                             dropped(None)
                     else:
                         if digest is not None:
                             digest.update(chunk)
+                        if growing is not None:
+                            growing.add(chunk, spool)
             if feed is not None:
                 feed.offer(chunk)
                 if feed.behind:  # as many clients lag as may: this one sets the fill's pace
@@ -1434,13 +1504,33 @@ def fill_cache_status(fwd: str, why: NotStored | None) -> str:
     return f"{CACHE_STATUS}; fwd={fwd}; " + ("stored" if why is None else f"detail={why.value}")
 
 
-async def spool_write(spool: IO[bytes], chunk: bytes, size: int) -> None:
+async def spool_write(spool: IO[bytes], chunk: bytes, size: int, *, flush: bool = False) -> None:
     """Add a chunk to a body being kept (`size`: the body's length with it): in memory up to SPOOL_MEMORY, then
-    in a temporary file, written from a thread so that a slow disk holds no other request of the worker."""
+    in a temporary file, written from a thread so that a slow disk holds no other request of the worker; with
+    `flush`, out of the file object's buffer into the file, where the requests reading it as it grows find it
+    (assetcdn/edge/states/growing.py)."""
     if size <= SPOOL_MEMORY:
         spool.write(chunk)
     else:
-        await asyncio.get_running_loop().run_in_executor(None, spool.write, chunk)
+        loop = asyncio.get_running_loop()
+        if flush:
+            await loop.run_in_executor(None, written_flushed, spool, chunk)
+        else:
+            await loop.run_in_executor(None, spool.write, chunk)
+
+
+def written_flushed(spool: IO[bytes], chunk: bytes) -> None:
+    spool.write(chunk)
+    spool.flush()
+
+
+def growing_head(url_key: str, response: OriginResponse, parsed: Directives, declared: int) -> StoredResponse | None:
+    """The response a fill keeps, as its stored entry will read (`store`), for the requests answered from its body
+    as it is read (assetcdn/edge/states/growing.py): its head only, of the declared length."""
+    head = stored_headers(response.headers, parsed)
+    obj = CachedObject(url_key, first_value(head, "content-type") or "", first_value(head, "etag") or "", (),
+                       declared, time.time(), headers=stored_meta(head, response.status, response, None))
+    return StoredResponse.of(obj)
 
 
 def stored_meta(head: Sequence[tuple[str, str]], status: int, timed: OriginResponse,
@@ -1821,41 +1911,11 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
 async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, cache_status: str) -> web.StreamResponse:
     """The stored response to this request: 304 for a matching condition, 206 for one byte range, else whole.
     FileNotFoundError, before anything is sent, when its body file went since the lookup (purged, evicted)."""
-    now = time.time()
-    age = int(stored.freshness.age(now))
-    # A stored 200's every answer (its 304, 206 and 416 too) says the Accept-Ranges its 200 says, not the origin's.
-    edge = from_edge(request)
-    headers = client_headers(stored.headers, x_cache, cache_status, age, shared_host=request.get(SHARED_HOST, True),
-                             cookie_host=request.get(COOKIE_HOST, ""), ranges=stored.status == 200, to_edge=edge)
+    head = answer_head(request, stored, x_cache, cache_status)
+    if isinstance(head, web.Response):
+        return head
+    status, headers, start, end = head
     obj = stored.obj
-    if edge:
-        withheld = withheld_tags(stored)
-        if withheld:  # under the field the head withholds, so that the asking edge withholds it from its clients too
-            named = qualified_fields(response_directives(stored.headers)[0])
-            headers.add("Surrogate-Key" if "surrogate-key" in named and "cache-tag" not in named else "Cache-Tag",
-                        " ".join(withheld))
-    # The `_headers` rules the response hook gives this answer (assetcdn/edge/app.py; none to another edge's shield
-    # request): a rule's ETag or Last-Modified is the one the client holds and sends back.
-    changes = NO_HEADER_CHANGES if edge else request_header_changes(request)
-    if not_modified(request, stored, changes):
-        for name in ("Content-Type", "Content-Encoding", "Content-Range"):
-            headers.popall(name, None)
-        return web.Response(status=304, headers=headers)
-    status, start, end = stored.status, 0, obj.size
-    range_header = joined_field(request, "Range")  # two lines of it: no one range, ignored
-    if range_header is not None and stored.status == 200 and if_range_holds(request, stored, changes):
-        parsed = parse_range(range_header, obj.size)
-        if parsed is False:  # no content of the representation: nothing its type or coding would describe
-            # This request's Range, not the URL: the copy's freshness would let a cache after the edge answer every
-            # later request with it (a stored file's 416 is no-store too, assetcdn/edge/states/deliver.py).
-            for name in ("Content-Type", "Content-Encoding", "Expires", "CDN-Cache-Control", "Surrogate-Control"):
-                headers.popall(name, None)
-            headers["Cache-Control"] = "no-store"
-            headers["Content-Range"] = f"bytes */{obj.size}"
-            return web.Response(status=416, headers=headers)
-        if parsed is not None:
-            status, (start, end) = 206, parsed
-            headers["Content-Range"] = f"bytes {start}-{end - 1}/{obj.size}"
     if obj.body is not None and request.method != "HEAD":
         return web.Response(status=status, headers=headers, body=obj.body[start:end])
     response = web.StreamResponse(status=status, headers=headers)
@@ -1897,6 +1957,73 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
                 return response
     await response.write_eof()
     return response
+
+
+async def deliver_growing(request: web.Request, growing: Growing, x_cache: str,
+                          cache_status: str) -> web.StreamResponse:
+    """`deliver` of the body a fill is reading (assetcdn/edge/states/growing.py; the caller has joined it): its
+    bytes sent as the fill has them. An answer the fill ends short of is cut short (`broken_off`)."""
+    head = answer_head(request, growing.stored, x_cache, cache_status)
+    if isinstance(head, web.Response):
+        return head
+    status, headers, start, end = head
+    response = web.StreamResponse(status=status, headers=headers)
+    response.content_length = end - start
+    await response.prepare(request)
+    if request.method != "HEAD":
+        timeout_s = send_timeout_s(request.app[NODE].settings)
+        try:
+            async for piece in growing.pieces(start, end):
+                if not await sent_in_time(response.write(piece), timeout_s, partial(cut_off, request, response)):
+                    return response
+        except (EndedShort, OSError) as exc:
+            log.info("a request answered from a fill under way was cut short: %s", exc)
+            broken_off(request, response)
+            return response
+    await response.write_eof()
+    return response
+
+
+def answer_head(request: web.Request, stored: StoredResponse, x_cache: str,
+                cache_status: str) -> web.Response | tuple[int, CIMultiDict[str], int, int]:
+    """What `deliver` answers with: the whole answer when it has no body from the cache (304, 416), else its status,
+    head and the bytes of the stored body it sends (start, end)."""
+    now = time.time()
+    age = int(stored.freshness.age(now))
+    # A stored 200's every answer (its 304, 206 and 416 too) says the Accept-Ranges its 200 says, not the origin's.
+    edge = from_edge(request)
+    headers = client_headers(stored.headers, x_cache, cache_status, age, shared_host=request.get(SHARED_HOST, True),
+                             cookie_host=request.get(COOKIE_HOST, ""), ranges=stored.status == 200, to_edge=edge)
+    obj = stored.obj
+    if edge:
+        withheld = withheld_tags(stored)
+        if withheld:  # under the field the head withholds, so that the asking edge withholds it from its clients too
+            named = qualified_fields(response_directives(stored.headers)[0])
+            headers.add("Surrogate-Key" if "surrogate-key" in named and "cache-tag" not in named else "Cache-Tag",
+                        " ".join(withheld))
+    # The `_headers` rules the response hook gives this answer (assetcdn/edge/app.py; none to another edge's shield
+    # request): a rule's ETag or Last-Modified is the one the client holds and sends back.
+    changes = NO_HEADER_CHANGES if edge else request_header_changes(request)
+    if not_modified(request, stored, changes):
+        for name in ("Content-Type", "Content-Encoding", "Content-Range"):
+            headers.popall(name, None)
+        return web.Response(status=304, headers=headers)
+    status, start, end = stored.status, 0, obj.size
+    range_header = joined_field(request, "Range")  # two lines of it: no one range, ignored
+    if range_header is not None and stored.status == 200 and if_range_holds(request, stored, changes):
+        parsed = parse_range(range_header, obj.size)
+        if parsed is False:  # no content of the representation: nothing its type or coding would describe
+            # This request's Range, not the URL: the copy's freshness would let a cache after the edge answer every
+            # later request with it (a stored file's 416 is no-store too, assetcdn/edge/states/deliver.py).
+            for name in ("Content-Type", "Content-Encoding", "Expires", "CDN-Cache-Control", "Surrogate-Control"):
+                headers.popall(name, None)
+            headers["Cache-Control"] = "no-store"
+            headers["Content-Range"] = f"bytes */{obj.size}"
+            return web.Response(status=416, headers=headers)
+        if parsed is not None:
+            status, (start, end) = 206, parsed
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{obj.size}"
+    return status, headers, start, end
 
 
 def answered_validator(headers: Headers, changes: HeaderChanges, name: str) -> str | None:

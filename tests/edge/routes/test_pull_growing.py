@@ -1,0 +1,210 @@
+"""Requests that wait for a fill of a large body (over the 1 MB a fill holds in memory: a video, say) are answered as
+the fill reads it, not once it is stored (assetcdn/edge/states/growing.py): the head at once, then the bytes the
+fill has, whatever the first client takes. The origin here sends the first part of the body and holds the rest
+until the test lets it go: what a waiting request gets before then was streamed from the fill under way."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from aiohttp import ClientPayloadError, ClientResponse, web
+
+from assetcdn.edge.states.keys import pull_key
+from assetcdn.edge.states.pull import FLIGHTS, SPOOL_MEMORY, flight_key
+from tests.support.origins import LONG, ZONE, Handler, Pull, shared_pull_zone
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+BIG = bytes(range(256)) * (12 * 1024)  # 3 MB, each byte its offset modulo 256
+FIRST = 2 * SPOOL_MEMORY + 1000        # sent before the origin holds the rest: past what the fill holds in memory
+# What a waiting request's streamed bytes may take at most; it never waits this long: before the change tested,
+# such a request got nothing until the whole body was stored, which the origin holds back until it has them.
+STREAMED_S = 30.0
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pull(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pull]:
+    """A pull zone whose origin may hold a body back for a minute (a loaded machine's test, not the edge's limit)."""
+    async with shared_pull_zone(tmp_path_factory.mktemp("growing"), first_byte_timeout_s="30",
+                                ASSETCDN_ORIGIN_BODY_TIMEOUT_S="60") as found:
+        yield found
+
+
+def held(go: asyncio.Event, *, cut: bool = False, body: bytes = BIG, first: int = FIRST) -> Handler:
+    """An answer of `body`'s declared length, kept for ten minutes: its `first` bytes, then the rest once `go` is set
+    (or, `cut`, the connection closed instead)."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={**LONG, "Content-Type": "video/mp4", "ETag": '"v1"'})
+        response.content_length = len(body)
+        await response.prepare(request)
+        await response.write(body[:first])
+        await go.wait()
+        if cut:
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        await response.write(body[first:])
+        return response
+
+    return answer
+
+
+async def leading(pull: Pull, name: str) -> asyncio.Task[bytes | BaseException]:
+    """The first request for `name`, read whole in a task, once its fill has asked the origin."""
+    async def whole() -> bytes | BaseException:
+        resp = await pull.cdn.edge.get(f"/{ZONE}{name}")
+        try:
+            return await resp.read()
+        except ClientPayloadError as exc:
+            return exc
+
+    task = asyncio.create_task(whole())
+
+    async def asked() -> bool:
+        return pull.origin.count(name) == 1
+
+    await wait_until(asked, "the first request's origin request")
+    return task
+
+
+async def read_exactly(resp: ClientResponse, size: int) -> bytes:
+    return await asyncio.wait_for(resp.content.readexactly(size), STREAMED_S)
+
+
+async def test_a_request_waiting_for_a_large_fill_gets_its_bytes_as_the_fill_reads_them(pull: Pull) -> None:
+    name = "/growing/video.mp4"
+    go = asyncio.Event()
+    pull.origin.route(name, held(go))
+    try:
+        first = await leading(pull, name)
+        waiter = await asyncio.wait_for(pull.cdn.edge.get(f"/{ZONE}{name}"), STREAMED_S)
+        assert waiter.status == 200
+        assert waiter.headers["Content-Length"] == str(len(BIG))
+        assert waiter.headers["X-Cache"] == "HIT"
+        assert waiter.headers["Cache-Status"] == "assetcdn; fwd=uri-miss; collapsed"
+        assert waiter.headers["ETag"] == '"v1"'
+        # Past the part held in memory: read back from the fill's file while the origin still holds the rest.
+        assert await read_exactly(waiter, FIRST) == BIG[:FIRST]
+        go.set()
+        assert await waiter.read() == BIG[FIRST:]
+        assert await first == BIG
+    finally:
+        go.set()
+    assert pull.origin.count(name) == 1
+    again = await pull.get(name)  # and it was stored
+    assert (again.headers["X-Cache"], await again.read()) == ("HIT", BIG)
+    assert pull.origin.count(name) == 1
+
+
+async def test_ranges_and_heads_waiting_for_a_large_fill_are_answered_from_what_it_has(pull: Pull) -> None:
+    name = "/growing/ranges.mp4"
+    go = asyncio.Event()
+    pull.origin.route(name, held(go))
+    flights = pull.cdn.edge.app[FLIGHTS]
+    key = flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
+    try:
+        first = await leading(pull, name)
+        ranges = {"memory": (100, 199), "file": (SPOOL_MEMORY + 5000, SPOOL_MEMORY + 5099),
+                  "later": (FIRST + 10, FIRST + 2009)}
+        asked = {part: asyncio.create_task(pull.cdn.edge.get(f"/{ZONE}{name}",
+                                                             headers={"Range": f"bytes={start}-{end}"}))
+                 for part, (start, end) in ranges.items()}
+        head = await asyncio.wait_for(pull.cdn.edge.head(f"/{ZONE}{name}"), STREAMED_S)
+        assert (head.status, head.headers["Content-Length"], head.headers["X-Cache"]) == (200, str(len(BIG)), "HIT")
+        for part in ("memory", "file"):
+            resp = await asyncio.wait_for(asked[part], STREAMED_S)
+            start, end = ranges[part]
+            assert resp.status == 206
+            assert resp.headers["Content-Range"] == f"bytes {start}-{end}/{len(BIG)}"
+            assert await read_exactly(resp, end + 1 - start) == BIG[start:end + 1]
+
+        async def all_joined() -> bool:  # the HEAD and the three ranges, the last waiting for bytes yet to come
+            return flights.joined(key) == 4
+
+        await wait_until(all_joined, "the requests joining the fill")
+        go.set()
+        later = await asked["later"]
+        start, end = ranges["later"]
+        assert (later.status, await later.read()) == (206, BIG[start:end + 1])
+        assert await first == BIG
+    finally:
+        go.set()
+    assert pull.origin.count(name) == 1
+
+
+async def test_a_large_fill_the_origin_cuts_short_cuts_its_waiting_requests_short(pull: Pull) -> None:
+    """The origin closes its connection mid-body: a request answered from the fill as it was read is cut short too
+    (never an answer that looks complete), as the first client's is."""
+    name = "/growing/cut.mp4"
+    go = asyncio.Event()
+    pull.origin.route(name, held(go, cut=True))
+    try:
+        first = await leading(pull, name)
+        waiter = await asyncio.wait_for(pull.cdn.edge.get(f"/{ZONE}{name}"), STREAMED_S)
+        assert await read_exactly(waiter, FIRST) == BIG[:FIRST]
+        go.set()
+        with pytest.raises(ClientPayloadError):
+            await waiter.read()
+        assert isinstance(await first, ClientPayloadError)
+    finally:
+        go.set()
+
+
+async def test_a_request_after_a_purge_is_not_answered_from_a_fill_asked_for_before_it(pull: Pull) -> None:
+    """A purge published while a large body is read: a request arriving after it is not answered from that fill
+    (which the purge keeps out of the cache), but asks the origin again once it is over."""
+    name = "/growing/purged.mp4"
+    go = asyncio.Event()
+    pull.origin.route(name, held(go))
+    try:
+        first = await leading(pull, name)
+        await pull.cdn.purge_urls(f"/{ZONE}{name}")
+        later = asyncio.create_task(pull.cdn.edge.get(f"/{ZONE}{name}"))
+        flights = pull.cdn.edge.app[FLIGHTS]
+        key = flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
+
+        async def joined() -> bool:
+            return flights.joined(key) == 1
+
+        await wait_until(joined, "the request after the purge waiting for the fill")
+        assert not later.done()
+        go.set()
+        assert await first == BIG
+        resp = await later
+        assert (resp.status, resp.headers["X-Cache"], await resp.read()) == (200, "MISS", BIG)
+    finally:
+        go.set()
+    assert pull.origin.count(name) == 2
+
+
+async def test_a_request_waiting_for_a_fill_within_what_is_held_in_memory_waits_for_it_stored(pull: Pull) -> None:
+    """A body of 1 MB or less is soon read: its waiting requests get it once stored, whole (a body the origin fails is
+    then their stale copy or one more origin request, tests/edge/routes/test_pull_failed_bodies.py)."""
+    name = "/growing/small.bin"
+    body = BIG[:SPOOL_MEMORY]
+    go = asyncio.Event()
+    pull.origin.route(name, held(go, body=body, first=1000))
+    flights = pull.cdn.edge.app[FLIGHTS]
+    key = flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
+    try:
+        first = await leading(pull, name)
+        waiter = asyncio.create_task(pull.cdn.edge.get(f"/{ZONE}{name}"))  # done once its head is in
+
+        async def joined() -> bool:
+            return flights.joined(key) == 1
+
+        await wait_until(joined, "the second request waiting for the fill")
+        await asyncio.sleep(0.2)  # a request answered as the fill reads would have its head by now
+        assert not waiter.done()
+        go.set()
+        assert await first == body
+        resp = await waiter
+        assert (resp.headers["X-Cache"], resp.headers["Cache-Status"], await resp.read()) == (
+            "HIT", "assetcdn; fwd=uri-miss; collapsed", body)
+    finally:
+        go.set()
+    assert pull.origin.count(name) == 1
