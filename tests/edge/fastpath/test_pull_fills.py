@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
+import aiohttp
 import orjson
 import pytest
 import pytest_asyncio
@@ -290,19 +291,21 @@ async def test_requests_waiting_for_a_fill_the_origin_fails_get_that_failure_not
     body leaves nothing stored: one of the waiters asks again and the others wait for it, so a cut that does not
     happen again costs one more origin request in all (every waiter then gets the whole body from the cache);
     one that happens again is every waiter's 502, whole (the one that asked had its body read before answering),
-    and the origin is asked no more."""
+    and the origin is asked no more. The body is 1 MB, the largest waited for whole: the waiters of a larger one are
+    answered as it is read, and cut short with it (tests/edge/routes/test_pull_growing.py)."""
     filled = patient_filled  # its origin holds the head until every waiter joined
     name = f"/failing-{path}-{failure.replace(' ', '-')}.bin"
     cut = asyncio.Event()
+    whole_body = BIG[:pull_states.SPOOL_MEMORY]
 
     async def failing(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=HEADERS)
         if failure == "body cut short once" and filled.origin.count(name) > 1:
-            return web.Response(body=BIG, headers=HEADERS)
+            return web.Response(body=whole_body, headers=HEADERS)
         if failure.startswith("body cut short"):
-            response.content_length = len(BIG)
+            response.content_length = len(whole_body)
             await response.prepare(request)
-            await response.write(BIG[:1000])
+            await response.write(whole_body[:1000])
         await cut.wait()
         assert request.transport is not None
         if failure == "no answer":  # a broken head, not a bare close (which a reused connection would retry)
@@ -337,13 +340,13 @@ async def test_requests_waiting_for_a_fill_the_origin_fails_get_that_failure_not
         assert filled.origin.count(name) == 1
         assert stored_url(filled.cdn.node, ZONE, name) is None
     elif failure == "body cut short":  # its answer had begun: cut short, never complete; the others' had not
-        assert not isinstance(first, Response) or len(first.body) < len(BIG)
+        assert not isinstance(first, Response) or len(first.body) < len(whole_body)
         assert [answer.status if isinstance(answer, Response) else answer for answer in answers] == [502] * 6
         assert filled.origin.count(name) == 2  # the leader, then one waiter's new flight for all of them
         assert stored_url(filled.cdn.node, ZONE, name) is None
     else:
-        assert not isinstance(first, Response) or len(first.body) < len(BIG)
-        assert [(answer.status, answer.body == BIG) for answer in answers if isinstance(answer, Response)] == \
+        assert not isinstance(first, Response) or len(first.body) < len(whole_body)
+        assert [(answer.status, answer.body == whole_body) for answer in answers if isinstance(answer, Response)] == \
             [(200, True)] * 6
         assert filled.origin.count(name) == 2
         assert stored_url(filled.cdn.node, ZONE, name) is not None
@@ -1347,6 +1350,48 @@ async def other_traffic(cdn: FillCdn) -> None:
 
 
 BIG = bytes(range(256)) * (8 * 1024)  # 2 MB: past the 1 MB a fill keeps in memory, stored from a file
+
+
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_a_request_waiting_for_a_large_fill_made_on_either_path_is_sent_what_it_has(
+        patient_filled: FillCdn, path: str) -> None:
+    """The first request's fill (on the hit path, or the application's) reads the first 1.5 MB of a 2 MB body and
+    the origin holds the rest: a request for the URL on the hit port (handed to the application, which waits for
+    the fill) is sent the head and those bytes meanwhile (assetcdn/edge/states/growing.py), then the rest."""
+    name = f"/growing-{path}.bin"
+    held = len(BIG) * 3 // 4
+    release = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)
+        response.content_length = len(BIG)
+        await response.prepare(request)
+        await response.write(BIG[:held])
+        await release.wait()
+        await response.write(BIG[held:])
+        return response
+
+    patient_filled.origin.route(name, answer)
+    conn = await (patient_filled.cdn.connect() if path == "hit" else patient_filled.cdn.plain())
+    first = asyncio.create_task(conn.request(f"/{ZONE}{name}"))
+
+    async def fill_asked() -> bool:
+        return patient_filled.origin.count(name) == 1
+
+    try:
+        await wait_until(fill_asked, "the fill under way")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{patient_filled.cdn.port}/{ZONE}{name}") as waiter:
+                assert (waiter.status, waiter.headers["X-Cache"]) == (200, "HIT")
+                assert await asyncio.wait_for(waiter.content.readexactly(held), 30) == BIG[:held]
+                release.set()
+                assert await waiter.read() == BIG[held:]
+        answer_ = await first
+        assert (answer_.status, answer_.header("X-Cache"), answer_.body) == (200, "MISS", BIG)
+    finally:
+        release.set()
+        conn.close()
+    assert patient_filled.origin.count(name) == 1
 
 
 @pytest.mark.parametrize("body", [BODY, BIG], ids=["small", "large"])
