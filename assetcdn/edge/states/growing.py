@@ -17,6 +17,16 @@ has them, each waiting request at its own pace.
   their connections are closed short of the Content-Length, as the fill's own client's is, never an answer that
   looks complete.
 - The descriptor and the chunks are let go once the fill is over and its last reader has left.
+
+On an edge whose workers take turns at a fill (assetcdn/edge/cache/fill_lock.py), the fill's spool is a file of a
+name the other workers know (``<cache_dir>/growing/<hash of the flight key>.body``, unbuffered), and its head is
+published beside it (``.head``, written whole, then renamed into place). A worker whose request waits for that fill
+(`SiblingGrowing`) opens both once the head is there and reads the body as it grows, looking every 1 ms at first,
+then every 20 ms at most. The fill is over when its head file is gone or replaced (the filling worker removes both
+names at its end, after its last byte is written) or when the key's byte of the lock is let go (a worker that
+died); what the file then holds is all there is. The head names its flight key and the purge mark the fill asked
+the origin at (the edge's workers share one), and the variant the answer is when it varies. Files a killed worker
+left are removed by the next fill of the key, and at a worker's start once an hour old.
 """
 
 from __future__ import annotations
@@ -24,12 +34,31 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import hashlib
+import logging
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import IO, Any
+
+import orjson
+
+from assetcdn.shared.logs import LinePerInterval
+
+log = logging.getLogger(__name__)
+PUBLISH_FAILURES = LinePerInterval(log, 60.0)
 
 # A reader's piece of the spool's file: read back this many bytes at a time.
 PIECE = 256 * 1024
+# Where an edge's workers publish the fills they read (module docstring), in the edge's cache directory.
+GROWING_DIR = "growing"
+# How often a reader on another worker looks for more of the body: soon after it caught up, then at most every
+# POLL_MAX_S (as a request waiting for another worker's fill looks at the lock, pull.py).
+POLL_FIRST_S = 0.001
+POLL_MAX_S = 0.02
+# Files a worker killed mid-fill left, removed at a worker's start once this old.
+LEFTOVER_AGE_S = 3600.0
 
 
 class EndedShort(Exception):
@@ -40,8 +69,8 @@ class Growing:
     """One fill's body as it is read (module docstring). The fill calls `begin` with the stored head, `add` after
     each chunk is in its spool, then `end`; readers `join`, read `pieces`, and `leave`."""
 
-    __slots__ = ("declared", "memory_limit", "stored", "mark", "written", "ended", "_chunks", "_starts",
-                 "_memory_end", "_fd", "_readers", "_changed")
+    __slots__ = ("declared", "memory_limit", "stored", "mark", "written", "ended", "selected", "_chunks", "_starts",
+                 "_memory_end", "_fd", "_readers", "_changed", "_shared", "_published")
 
     def __init__(self, declared: int, memory_limit: int) -> None:
         self.declared = declared
@@ -56,13 +85,57 @@ class Growing:
         self._fd: int | None = None
         self._readers = 0
         self._changed: asyncio.Future[None] | None = None
+        self.selected: Any = None  # this worker's readers take the variant from `Landing.selected`
+        self._shared: tuple[Path, str, Any] | None = None  # its published name, flight key and variant
+        self._published: tuple[Path, int, Path, int] | None = None  # head and body paths, and their inodes
 
     # --- the fill ---------------------------------------------------------------------------------------------------
 
-    def begin(self, stored: Any, mark: int | None) -> None:
-        """The body is about to be read chunk by chunk: readers may join from now on."""
+    def share(self, directory: Path, key: str, selected: Any) -> None:
+        """Publish the body for the edge's other workers too (module docstring), under the flight `key`."""
+        self._shared = (directory / shared_name(key), key, selected)
+
+    def begin(self, stored: Any, mark: int | None, spool: IO[bytes]) -> IO[bytes]:
+        """The body is about to be read chunk by chunk into `spool` (still empty): readers may join from now on.
+        Returns the spool to read it into: `spool`, or the published file that replaces it (`share`)."""
         self.stored, self.mark = stored, mark
+        if self._shared is not None and stored is not None:
+            spool = self._publish(spool)
         self._wake()
+        return spool
+
+    def _publish(self, spool: IO[bytes]) -> IO[bytes]:
+        """The published body file and head (module docstring); `spool` when they cannot be written (logged)."""
+        assert self._shared is not None
+        name, key, selected = self._shared
+        head_path, body_path = name.with_suffix(".head"), name.with_suffix(".body")
+        obj = self.stored.obj
+        head = orjson.dumps({"key": key, "selected": selected, "mark": self.mark, "declared": self.declared,
+                             "url_key": obj.key, "content_type": obj.content_type, "etag": obj.etag,
+                             "stored_at": obj.stored_at, "headers": obj.headers})
+        staged = head_path.with_name(f"{head_path.name}.{os.getpid()}")
+        body = None
+        try:
+            for left in (head_path, body_path):  # a killed worker's, or a fill of the key ended unpublished
+                with contextlib.suppress(FileNotFoundError):
+                    left.unlink()
+            body = os.fdopen(os.open(body_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), "w+b",
+                             buffering=0)
+            staged.write_bytes(head)
+            os.replace(staged, head_path)
+            self._published = (head_path, os.stat(head_path).st_ino, body_path, os.fstat(body.fileno()).st_ino)
+        except OSError as exc:
+            PUBLISH_FAILURES.log(logging.WARNING, "publish", "a fill under way cannot be published to the edge's "
+                                 "other workers (%s): their requests for it wait until it is stored", exc)
+            with contextlib.suppress(OSError):
+                staged.unlink(missing_ok=True)
+            if body is not None:
+                body.close()
+                with contextlib.suppress(OSError):
+                    body_path.unlink()
+            return spool
+        spool.close()
+        return body
 
     def add(self, chunk: bytes, spool: IO[bytes]) -> None:
         """`chunk` is in `spool` (flushed to its file once past `memory_limit`), after the bytes before it."""
@@ -81,8 +154,21 @@ class Growing:
         if self.ended is not None:
             return
         self.ended = whole and self.written == self.declared
+        self._unpublish()
         self._wake()
         self._let_go()
+
+    def _unpublish(self) -> None:
+        """Remove the published names (the head first: the other workers' readers take it for the end), unless
+        a newer fill of the key published its own under them meanwhile."""
+        published, self._published = self._published, None
+        if published is None:
+            return
+        head_path, head_ino, body_path, body_ino = published
+        for path, inode in ((head_path, head_ino), (body_path, body_ino)):
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_ino == inode:
+                    path.unlink()
 
     # --- the readers ------------------------------------------------------------------------------------------------
 
@@ -158,3 +244,136 @@ class Growing:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+class SiblingGrowing:
+    """Another worker's fill of a key as that worker reads it (module docstring): the reader's side of `Growing`'s
+    `share`, with the same reader methods. `filling`: whether the other worker still holds the key's byte;
+    `stored_of`: the response a published head describes (pull.py's StoredResponse), None for one it cannot read."""
+
+    __slots__ = ("key", "stored", "mark", "selected", "declared", "_head_path", "_body_path", "_head_ino", "_fd",
+                 "_readers", "_filling", "_stored_of")
+
+    def __init__(self, directory: Path, key: str, filling: Callable[[], bool],
+                 stored_of: Callable[[dict[str, Any]], Any]) -> None:
+        self.key = key
+        name = directory / shared_name(key)
+        self._head_path, self._body_path = name.with_suffix(".head"), name.with_suffix(".body")
+        self.stored: Any = None
+        self.mark: int | None = None
+        self.selected: Any = None
+        self.declared = 0
+        self._head_ino: int | None = None
+        self._fd: int | None = None
+        self._readers = 0
+        self._filling = filling
+        self._stored_of = stored_of
+
+    def joinable(self, mark: int) -> bool:
+        """Whether a request may be answered from the other worker's fill now: its head is published, it is still
+        being read, and no purge was published since it asked the origin (`mark`: the purge mark now)."""
+        if self._fd is None and not self._open():
+            return False
+        if self.mark != mark or self._over():
+            self._close_unread()
+            return False
+        return True
+
+    def join(self) -> None:
+        self._readers += 1
+
+    def leave(self) -> None:
+        self._readers -= 1
+        self._close_unread()
+
+    async def begun_or(self, kept: asyncio.Future[Any]) -> None:
+        """Wait until the other worker publishes the fill's head, or its fill is over (`kept` done)."""
+        delay = POLL_FIRST_S
+        while not kept.done() and not self._head_there():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(kept), delay)
+            delay = min(delay * 2, POLL_MAX_S)
+
+    async def pieces(self, start: int, end: int) -> AsyncIterator[bytes]:
+        """The bytes `start` to `end` as the other worker has them (the caller has joined); EndedShort when its fill
+        ends first."""
+        loop = asyncio.get_running_loop()
+        fd = self._fd
+        assert fd is not None
+        at, delay = start, POLL_FIRST_S
+        while at < end:
+            size = os.fstat(fd).st_size
+            if size <= at:
+                if not self._over():
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, POLL_MAX_S)
+                    continue
+                size = os.fstat(fd).st_size  # every byte the fill wrote is in before it is over
+                if size <= at:
+                    raise EndedShort(f"the other worker's fill ended at byte {size} of {self.declared}")
+            delay = POLL_FIRST_S
+            piece = await loop.run_in_executor(None, os.pread, fd, min(PIECE, end - at, size - at), at)
+            if not piece:
+                raise EndedShort("the other worker's fill file ended before its length")
+            at += len(piece)
+            yield piece
+
+    def _head_there(self) -> bool:
+        """Whether a head is published under the key's name (a stat of a small file in the cache directory)."""
+        return self._head_path.exists()
+
+    def _open(self) -> bool:
+        """Read the published head and open the body (the body checked to be of the same fill as the head)."""
+        try:
+            before = os.stat(self._head_path).st_ino
+            head = orjson.loads(self._head_path.read_bytes())
+            fd = os.open(self._body_path, os.O_RDONLY | os.O_CLOEXEC)
+        except (OSError, orjson.JSONDecodeError):
+            return False
+        try:
+            if os.stat(self._head_path).st_ino != before or head.get("key") != self.key or (
+                    self._head_ino is not None and before != self._head_ino):
+                raise ValueError("another fill's")
+            stored = self._stored_of(head)
+            if stored is None:
+                raise ValueError("no stored head")
+        except (OSError, ValueError, KeyError, TypeError):
+            os.close(fd)
+            return False
+        self.stored, self.mark, self.declared = stored, head.get("mark"), int(head["declared"])
+        selected = head.get("selected")
+        self.selected = None if not selected else (tuple(selected[0]), selected[1])
+        self._head_ino, self._fd = before, fd
+        return True
+
+    def _over(self) -> bool:
+        """Whether the other worker's fill is over: its head gone or replaced, or the key's byte let go."""
+        try:
+            if os.stat(self._head_path).st_ino != self._head_ino:
+                return True
+        except OSError:
+            return True
+        return not self._filling()
+
+    def _close_unread(self) -> None:
+        if self._readers > 0:
+            return
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def shared_name(key: str) -> str:
+    """The published files' name of a flight key (module docstring)."""
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def sweep_leftovers(directory: Path, age_s: float = LEFTOVER_AGE_S) -> None:
+    """Make the directory the workers publish their fills in; remove what is `age_s` old there (a killed worker's)."""
+    directory.mkdir(exist_ok=True)
+    now = time.time()
+    for path in directory.iterdir():
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime > age_s:
+                path.unlink()

@@ -38,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol, TypeVar, cast
 
 from aiohttp import web
@@ -99,7 +100,13 @@ from assetcdn.edge.states.freshness import (
     vary_fields,
     withheld_fields,
 )
-from assetcdn.edge.states.growing import EndedShort, Growing
+from assetcdn.edge.states.growing import (
+    GROWING_DIR,
+    EndedShort,
+    Growing,
+    SiblingGrowing,
+    sweep_leftovers,
+)
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.cache_results import CacheResult
@@ -249,7 +256,7 @@ class Landing:
     failed: OriginError | None = None
     selected: Selected | None = None
     body_wait_s: float | None = None
-    growing: Growing | None = None
+    growing: Growing | SiblingGrowing | None = None
 
     @property
     def elsewhere(self) -> bool:
@@ -279,6 +286,7 @@ class Flights:
         self._sibling_patience_s = 0.0
         self._locked: dict[str, int] = {}
         self._watching: set[asyncio.Task[None]] = set()
+        self._published: Path | None = None  # where fills under way are published for the other workers
 
     def share_fills(self, lock: NodeFillLock, limits: OriginLimits) -> None:
         """Lead no flight another worker of this edge leads for the same key (assetcdn/edge/cache/fill_lock.py):
@@ -286,6 +294,14 @@ class Flights:
         they would wait for one of this worker's flights to land and keep its body."""
         self._node_lock = lock
         self._sibling_patience_s = flight_patience_s(limits) + body_patience_s(limits)
+        published = lock.path.parent / GROWING_DIR
+        try:
+            sweep_leftovers(published)
+        except OSError as exc:
+            log.warning("fills under way cannot be published to the edge's other workers (%s): their requests for "
+                        "a URL another worker fills wait until it is stored", exc)
+        else:
+            self._published = published
 
     def join(self, key: str, revalidating: float | None = None) -> asyncio.Future[Landing] | None:
         """The flight to wait for, or None: the caller leads, and must `land` the key. `revalidating`: as `lead`
@@ -323,7 +339,9 @@ class Flights:
             self._locked[key] = offset
             return None
         kept: Kept = loop.create_future()
-        future.set_result(Landing(kept, body_wait_s=self._sibling_patience_s))
+        growing = None if self._published is None else SiblingGrowing(
+            self._published, key, partial(lock.held_elsewhere, offset), published_head)
+        future.set_result(Landing(kept, body_wait_s=self._sibling_patience_s, growing=growing))
         kept.add_done_callback(lambda _kept: self._forget(key, future))
         task = loop.create_task(self._sibling_fill(lock, offset, kept, since))
         self._watching.add(task)
@@ -402,6 +420,8 @@ class Flights:
                 self._node_lock.failed(offset, kept.timeout)  # for the other workers' requests waiting for it
             kept = None
         else:
+            if growing is not None and self._published is not None and key in self._locked:
+                growing.share(self._published, key, selected)
             future.set_result(Landing(kept, selected=selected, growing=growing))
         if kept is None or kept.done():
             self._forget(key, future)
@@ -590,9 +610,11 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                 missed.append(forwarded_because(stored, sent, now))
             return None, stored
 
-    async def growing(fill: Growing) -> web.StreamResponse | None:
-        # Collapsed into the flight's origin request, as when answered from what it stored (`cached`).
-        if not fill.joinable(node.cache.purge_mark()):
+    async def growing(fill: Growing | SiblingGrowing) -> web.StreamResponse | None:
+        # Collapsed into the flight's origin request, as when answered from what it stored (`cached`). Another
+        # worker's fill says which variant it is only once its head is published.
+        if not fill.joinable(node.cache.purge_mark()) or (
+                fill.selected is not None and secondary_key(fill.selected[0], sent.fields()) != fill.selected[1]):
             return None
         fill.join()
         try:
@@ -630,7 +652,7 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
                          failed: Callable[[StoredResponse | None, OriginError], Awaitable[R]],
                          patience_s: float | None = None, sent: Varied | None = None,
                          stale: Callable[[StoredResponse | None, OriginError], Awaitable[R | None]] | None = None,
-                         growing: Callable[[Growing], Awaitable[R | None]] | None = None) -> R:
+                         growing: Callable[[Growing | SiblingGrowing], Awaitable[R | None]] | None = None) -> R:
     """What a request of the key's flight gets: `cached`'s answer from the cache (None: nothing there it may
     use, and the stored response it found; after a wait for a flight, given when the wait began: a response the
     origin gave since then, which postdates this request, is its answer as it is, even one to be validated before
@@ -721,7 +743,7 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
 
 
 async def from_growing(flight: asyncio.Future[Landing], sent: Varied | None,
-                       answer: Callable[[Growing], Awaitable[R | None]] | None) -> R | None:
+                       answer: Callable[[Growing | SiblingGrowing], Awaitable[R | None]] | None) -> R | None:
     """`answer` from the body a landed flight is reading (`through_flight`), when it is being read still and is the
     variant this request selects; else None."""
     landing = flight.result()
@@ -1294,8 +1316,9 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
         else:
             if spool is not None and send is not None:
                 feed = ClientFeed(send, transport, watch)
-            if growing is not None and spool is not None:
-                growing.begin(growing_head(url_key, response, parsed, growing.declared), response.purge_mark)
+            if growing is not None and spool is not None:  # published, its spool may be a file of a known name
+                spool = growing.begin(growing_head(url_key, response, parsed, growing.declared), response.purge_mark,
+                                      spool)
             try:
                 spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed,
                                                   partial(no_longer_kept, node, kept, replacing, url_key, response),
@@ -1522,6 +1545,13 @@ async def spool_write(spool: IO[bytes], chunk: bytes, size: int, *, flush: bool 
 def written_flushed(spool: IO[bytes], chunk: bytes) -> None:
     spool.write(chunk)
     spool.flush()
+
+
+def published_head(head: dict[str, Any]) -> StoredResponse | None:
+    """The response another worker's published fill describes (assetcdn/edge/states/growing.py `Growing.share`)."""
+    obj = CachedObject(head["url_key"], head["content_type"], head["etag"], (), int(head["declared"]),
+                       float(head["stored_at"]), headers=[(str(name), str(value)) for name, value in head["headers"]])
+    return StoredResponse.of(obj)
 
 
 def growing_head(url_key: str, response: OriginResponse, parsed: Directives, declared: int) -> StoredResponse | None:
@@ -1959,7 +1989,7 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     return response
 
 
-async def deliver_growing(request: web.Request, growing: Growing, x_cache: str,
+async def deliver_growing(request: web.Request, growing: Growing | SiblingGrowing, x_cache: str,
                           cache_status: str) -> web.StreamResponse:
     """`deliver` of the body a fill is reading (assetcdn/edge/states/growing.py; the caller has joined it): its
     bytes sent as the fill has them. An answer the fill ends short of is cut short (`broken_off`)."""

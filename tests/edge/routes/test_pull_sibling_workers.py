@@ -9,6 +9,7 @@ the most recent of the responses it stored.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import itertools
 import threading
@@ -18,6 +19,7 @@ from email.utils import formatdate
 from functools import partial
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp import web
@@ -27,6 +29,7 @@ from assetcdn.edge.cache.disk import DiskBusy
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.shield import SHIELD_CACHE, rendezvous
+from assetcdn.edge.states.growing import GROWING_DIR
 from assetcdn.edge.states.keys import pull_key
 from tests.support.control import ACCOUNT
 from tests.support.hit_cdn import HitCdn
@@ -534,3 +537,68 @@ async def test_a_fill_the_origin_never_answers_is_the_failure_of_the_sibling_wai
         silent.set()
         here.close()
         there.close()
+
+
+LARGE = bytes(range(256)) * (8 * 1024)  # 2 MB: past the 1 MB a fill holds in memory, its waiters streamed
+
+
+@pytest.mark.parametrize("ending", ["whole", "cut"])
+@pytest.mark.parametrize("site", ["hit path", "application"])
+async def test_a_request_on_the_other_worker_is_sent_a_large_fill_as_it_is_read(
+        two_workers: tuple[HitCdn, ScriptedOrigin], site: str, ending: str) -> None:
+    """The first worker's fill of a 2 MB body has read 1.5 MB and the origin holds the rest: a request for the URL on
+    the other worker, waiting for that fill, is sent its head and those bytes meanwhile (read from the file the
+    filling worker publishes, assetcdn/edge/states/growing.py), then the rest; or, when the origin cuts the body
+    short, is cut short with it. The origin is asked once, and nothing published is left behind."""
+    cdn, origin = two_workers
+    name = own_shield(cdn, f"large-{ending}-{site.replace(' ', '-')}")
+    held = len(LARGE) * 3 // 4
+    release = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Cache-Control": "max-age=600", "ETag": '"large"',
+                                               "Content-Type": "video/mp4"})
+        response.content_length = len(LARGE)
+        await response.prepare(request)
+        await response.write(LARGE[:held])
+        await release.wait()
+        if ending == "cut":
+            assert request.transport is not None
+            request.transport.close()
+        else:
+            await response.write(LARGE[held:])
+        return response
+
+    origin.route(name, answer)
+    here = await (cdn.connect() if site == "hit path" else cdn.plain())
+    filling = asyncio.create_task(here.request(f"/{ZONE}{name}"))
+
+    async def asked() -> bool:
+        return origin.count(name) == 1
+
+    try:
+        await wait_until(asked, "the first worker's origin request")
+        async with aiohttp.ClientSession() as http, \
+                http.get(f"http://127.0.0.1:{cdn.sibling_ports[0]}/{ZONE}{name}") as waiter:
+            assert (waiter.status, waiter.headers["X-Cache"], waiter.headers["Content-Length"]) == (
+                200, "HIT", str(len(LARGE)))
+            assert waiter.headers["Cache-Status"] == "assetcdn; fwd=uri-miss; collapsed"
+            assert await asyncio.wait_for(waiter.content.readexactly(held), 30) == LARGE[:held]
+            release.set()
+            if ending == "cut":
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await waiter.read()
+            else:
+                assert await waiter.read() == LARGE[held:]
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            await filling
+    finally:
+        release.set()
+        here.close()
+    assert origin.count(name) == 1
+    published = cdn.node.config_file.parent / GROWING_DIR  # in the cache directory the workers share
+
+    async def unpublished() -> bool:
+        return not any(published.iterdir())
+
+    await wait_until(unpublished, "the published fill's files removed")
