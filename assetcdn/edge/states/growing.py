@@ -110,7 +110,8 @@ class Growing:
         name, key, selected = self._shared
         head_path, body_path = name.with_suffix(".head"), name.with_suffix(".body")
         obj = self.stored.obj
-        head = orjson.dumps({"key": key, "selected": selected, "mark": self.mark, "declared": self.declared,
+        head = orjson.dumps({"key": key, "pid": os.getpid(), "selected": selected, "mark": self.mark,
+                             "declared": self.declared,
                              "url_key": obj.key, "content_type": obj.content_type, "etag": obj.etag,
                              "stored_at": obj.stored_at, "headers": obj.headers})
         staged = head_path.with_name(f"{head_path.name}.{os.getpid()}")
@@ -119,8 +120,7 @@ class Growing:
             for left in (head_path, body_path):  # a killed worker's, or a fill of the key ended unpublished
                 with contextlib.suppress(FileNotFoundError):
                     left.unlink()
-            body = os.fdopen(os.open(body_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), "w+b",
-                             buffering=0)
+            body = os.fdopen(os.open(body_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), "w+b")
             staged.write_bytes(head)
             os.replace(staged, head_path)
             self._published = (head_path, os.stat(head_path).st_ino, body_path, os.fstat(body.fileno()).st_ino)
@@ -249,13 +249,16 @@ class Growing:
 class SiblingGrowing:
     """Another worker's fill of a key as that worker reads it (module docstring): the reader's side of `Growing`'s
     `share`, with the same reader methods. `filling`: whether the other worker still holds the key's byte;
-    `stored_of`: the response a published head describes (pull.py's StoredResponse), None for one it cannot read."""
+    `stored_of`: the response a published head describes (pull.py's StoredResponse), None for one it cannot read;
+    `stall_s`: how long the body may stop growing before a reader gives it up (the fill's own idle timeout is
+    shorter: this bounds only a file its worker no longer writes while the key's byte is held for another key).
+    A head whose worker is gone (killed before it could remove it) is none."""
 
     __slots__ = ("key", "stored", "mark", "selected", "declared", "_head_path", "_body_path", "_head_ino", "_fd",
-                 "_readers", "_filling", "_stored_of")
+                 "_readers", "_filling", "_stored_of", "_stall_s")
 
     def __init__(self, directory: Path, key: str, filling: Callable[[], bool],
-                 stored_of: Callable[[dict[str, Any]], Any]) -> None:
+                 stored_of: Callable[[dict[str, Any]], Any], stall_s: float) -> None:
         self.key = key
         name = directory / shared_name(key)
         self._head_path, self._body_path = name.with_suffix(".head"), name.with_suffix(".body")
@@ -268,6 +271,7 @@ class SiblingGrowing:
         self._readers = 0
         self._filling = filling
         self._stored_of = stored_of
+        self._stall_s = stall_s
 
     def joinable(self, mark: int) -> bool:
         """Whether a request may be answered from the other worker's fill now: its head is published, it is still
@@ -301,17 +305,20 @@ class SiblingGrowing:
         fd = self._fd
         assert fd is not None
         at, delay = start, POLL_FIRST_S
+        stalled_at = loop.time() + self._stall_s
         while at < end:
             size = os.fstat(fd).st_size
             if size <= at:
                 if not self._over():
+                    if loop.time() > stalled_at:
+                        raise EndedShort(f"the other worker's fill stopped at byte {size} of {self.declared}")
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, POLL_MAX_S)
                     continue
                 size = os.fstat(fd).st_size  # every byte the fill wrote is in before it is over
                 if size <= at:
                     raise EndedShort(f"the other worker's fill ended at byte {size} of {self.declared}")
-            delay = POLL_FIRST_S
+            delay, stalled_at = POLL_FIRST_S, loop.time() + self._stall_s
             piece = await loop.run_in_executor(None, os.pread, fd, min(PIECE, end - at, size - at), at)
             if not piece:
                 raise EndedShort("the other worker's fill file ended before its length")
@@ -332,8 +339,8 @@ class SiblingGrowing:
             return False
         try:
             if os.stat(self._head_path).st_ino != before or head.get("key") != self.key or (
-                    self._head_ino is not None and before != self._head_ino):
-                raise ValueError("another fill's")
+                    self._head_ino is not None and before != self._head_ino) or not alive(int(head["pid"])):
+                raise ValueError("another fill's, or a gone worker's")
             stored = self._stored_of(head)
             if stored is None:
                 raise ValueError("no stored head")
@@ -362,6 +369,17 @@ class SiblingGrowing:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a signal 0 to it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: a process all the same
+        return True
+    return True
 
 
 def shared_name(key: str) -> str:

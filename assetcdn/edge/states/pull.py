@@ -287,6 +287,7 @@ class Flights:
         self._locked: dict[str, int] = {}
         self._watching: set[asyncio.Task[None]] = set()
         self._published: Path | None = None  # where fills under way are published for the other workers
+        self._stall_s = 0.0  # how long a published fill may stop growing (`SiblingGrowing`)
 
     def share_fills(self, lock: NodeFillLock, limits: OriginLimits) -> None:
         """Lead no flight another worker of this edge leads for the same key (assetcdn/edge/cache/fill_lock.py):
@@ -294,6 +295,7 @@ class Flights:
         they would wait for one of this worker's flights to land and keep its body."""
         self._node_lock = lock
         self._sibling_patience_s = flight_patience_s(limits) + body_patience_s(limits)
+        self._stall_s = limits.idle_timeout_s + limits.first_byte_timeout_s
         published = lock.path.parent / GROWING_DIR
         try:
             sweep_leftovers(published)
@@ -340,7 +342,7 @@ class Flights:
             return None
         kept: Kept = loop.create_future()
         growing = None if self._published is None else SiblingGrowing(
-            self._published, key, partial(lock.held_elsewhere, offset), published_head)
+            self._published, key, partial(lock.held_elsewhere, offset), published_head, self._stall_s)
         future.set_result(Landing(kept, body_wait_s=self._sibling_patience_s, growing=growing))
         kept.add_done_callback(lambda _kept: self._forget(key, future))
         task = loop.create_task(self._sibling_fill(lock, offset, kept, since))
@@ -1534,6 +1536,8 @@ async def spool_write(spool: IO[bytes], chunk: bytes, size: int, *, flush: bool 
     (assetcdn/edge/states/growing.py)."""
     if size <= SPOOL_MEMORY:
         spool.write(chunk)
+        if flush:
+            spool.flush()
     else:
         loop = asyncio.get_running_loop()
         if flush:

@@ -1,0 +1,131 @@
+"""A fill's body as it is read (assetcdn/edge/states/growing.py), on its own: the bytes a reader gets on either side
+of what the fill holds in memory, and another worker's published fill (a killed worker's files are none, a fill
+that stops growing is given up, one that ends short ends its reader short)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from assetcdn.edge.states.growing import EndedShort, Growing, SiblingGrowing, shared_name
+from assetcdn.edge.states.pull import published_head
+
+pytestmark = pytest.mark.asyncio
+
+BODY = bytes(range(256)) * 40  # 10,240 bytes
+
+
+async def read(pieces: Any) -> bytes:
+    return b"".join([piece async for piece in pieces])
+
+
+def fill_in(growing: Growing, spool: Any, chunks: list[bytes]) -> None:
+    for chunk in chunks:
+        spool.write(chunk)
+        spool.flush()
+        growing.add(chunk, spool)
+
+
+async def test_a_reader_gets_the_bytes_it_asks_for_on_either_side_of_what_is_held_in_memory() -> None:
+    """Chunks of 3,000 bytes, 4,096 held in memory (one chunk straddles it), the rest read from the spool's file."""
+    growing = Growing(len(BODY), 4096)
+    with tempfile.TemporaryFile() as spool:
+        spool.write(b"")
+        growing.begin(object(), 0, spool)
+        fill_in(growing, spool, [BODY[at:at + 3000] for at in range(0, len(BODY), 3000)])
+        growing.join()
+        try:
+            for start, end in ((0, len(BODY)), (10, 20), (2990, 3010), (4000, 4200), (5000, 9000), (6001, 6002)):
+                assert await read(growing.pieces(start, end)) == BODY[start:end]
+        finally:
+            growing.end(True)
+            growing.leave()
+
+
+async def test_a_reader_waits_for_bytes_still_to_come_and_is_ended_short_with_the_fill() -> None:
+    growing = Growing(len(BODY), 1 << 20)
+    spool = io.BytesIO()
+    growing.begin(object(), 0, spool)
+    fill_in(growing, spool, [BODY[:1000]])
+    growing.join()
+    reading = asyncio.create_task(read(growing.pieces(0, len(BODY))))
+    await asyncio.sleep(0)
+    fill_in(growing, spool, [BODY[1000:2000]])
+    growing.end(False)  # the origin's body failed
+    with pytest.raises(EndedShort):
+        await reading
+    growing.leave()
+
+
+def published(directory: Path, key: str, pid: int, body: bytes, declared: int, mark: int = 7) -> None:
+    """A fill of `key` as a worker of process `pid` publishes it (`Growing._publish`), `body` written so far."""
+    name = directory / shared_name(key)
+    name.with_suffix(".body").write_bytes(body)
+    name.with_suffix(".head").write_bytes(orjson.dumps({
+        "key": key, "pid": pid, "selected": None, "mark": mark, "declared": declared, "url_key": "pull:u",
+        "content_type": "video/mp4", "etag": '"e"', "stored_at": 1.0,
+        "headers": [["content-type", "video/mp4"], [":status", "200"], [":request-time", "1.0"], [":response-time", "1.0"]]}))
+
+
+def gone_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+async def test_another_workers_fill_is_read_as_it_grows_and_whole_once_its_head_is_gone(tmp_path: Path) -> None:
+    published(tmp_path, "k", os.getpid(), BODY[:4000], len(BODY))
+    sibling = SiblingGrowing(tmp_path, "k", lambda: True, published_head, 30.0)
+    assert not sibling.joinable(8)  # a purge since the fill asked the origin
+    assert sibling.joinable(7)
+    assert sibling.stored.status == 200 and sibling.declared == len(BODY)
+    sibling.join()
+    reading = asyncio.create_task(read(sibling.pieces(0, len(BODY))))
+    await asyncio.sleep(0.01)
+    assert not reading.done()
+    name = tmp_path / shared_name("k")
+    with name.with_suffix(".body").open("ab") as body:
+        body.write(BODY[4000:])
+    name.with_suffix(".head").unlink()  # the fill is over: its worker removes the head after its last byte
+    assert await reading == BODY
+    sibling.leave()
+
+
+async def test_another_workers_fill_that_ends_short_or_stops_growing_ends_its_reader_short(tmp_path: Path) -> None:
+    published(tmp_path, "short", os.getpid(), BODY[:4000], len(BODY))
+    filling = [True]
+    sibling = SiblingGrowing(tmp_path, "short", lambda: filling[0], published_head, 30.0)
+    assert sibling.joinable(7)
+    sibling.join()
+    reading = asyncio.create_task(read(sibling.pieces(0, len(BODY))))
+    await asyncio.sleep(0.01)
+    filling[0] = False  # the filling worker let go of the key's byte (it died), its head still there
+    with pytest.raises(EndedShort):
+        await reading
+    sibling.leave()
+
+    published(tmp_path, "stalled", os.getpid(), BODY[:4000], len(BODY))
+    stalled = SiblingGrowing(tmp_path, "stalled", lambda: True, published_head, 0.05)
+    assert stalled.joinable(7)
+    stalled.join()
+    with pytest.raises(EndedShort):
+        await read(stalled.pieces(0, len(BODY)))
+    stalled.leave()
+
+
+async def test_files_a_killed_worker_left_are_no_fill_to_read(tmp_path: Path) -> None:
+    published(tmp_path, "left", gone_pid(), BODY, len(BODY))
+    assert not SiblingGrowing(tmp_path, "left", lambda: True, published_head, 30.0).joinable(7)
+    published(tmp_path, "other", os.getpid(), BODY, len(BODY))
+    for suffix in (".head", ".body"):  # under another key's name (a hash collision): its head names its own key
+        (tmp_path / shared_name("other")).with_suffix(suffix).rename((tmp_path / shared_name("mine")).with_suffix(suffix))
+    assert not SiblingGrowing(tmp_path, "mine", lambda: True, published_head, 30.0).joinable(7)
