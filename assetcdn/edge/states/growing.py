@@ -22,10 +22,12 @@ On an edge whose workers take turns at a fill (assetcdn/edge/cache/fill_lock.py)
 name the other workers know (``<cache_dir>/growing/<hash of the flight key>.body``, unbuffered), and its head is
 published beside it (``.head``, written whole, then renamed into place). A worker whose request waits for that fill
 (`SiblingGrowing`) opens both once the head is there and reads the body as it grows, looking every 1 ms at first,
-then every 20 ms at most. The fill is over when its head file is gone or replaced (the filling worker removes both
-names at its end, after its last byte is written) or when the key's byte of the lock is let go (a worker that
-died); what the file then holds is all there is. The head names its flight key and the purge mark the fill asked
-the origin at (the edge's workers share one), and the variant the answer is when it varies. Files a killed worker
+then every 20 ms at most. The fill is over when its body file is removed (the reader's descriptor's link count:
+no newer fill's file can be taken for it), or its head file is gone or replaced (the filling worker removes both
+names at its end, after its last byte is written), or when the key's byte of the lock is let go (a worker that
+died); what the file then holds is all there is. The head names its flight key, its body's inode (a body opened for
+a head is read only when it is that one) and the purge mark the fill asked the origin at (the edge's workers share
+one), and the variant the answer is when it varies. Files a killed worker
 left are removed by the next fill of the key, and at a worker's start once an hour old.
 """
 
@@ -110,10 +112,6 @@ class Growing:
         name, key, selected = self._shared
         head_path, body_path = name.with_suffix(".head"), name.with_suffix(".body")
         obj = self.stored.obj
-        head = orjson.dumps({"key": key, "pid": os.getpid(), "selected": selected, "mark": self.mark,
-                             "declared": self.declared,
-                             "url_key": obj.key, "content_type": obj.content_type, "etag": obj.etag,
-                             "stored_at": obj.stored_at, "headers": obj.headers})
         staged = head_path.with_name(f"{head_path.name}.{os.getpid()}")
         body = None
         try:
@@ -121,7 +119,11 @@ class Growing:
                 with contextlib.suppress(FileNotFoundError):
                     left.unlink()
             body = os.fdopen(os.open(body_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), "w+b")
-            staged.write_bytes(head)
+            # The body's inode: a reader takes the body it opened for this head's only when it is this one.
+            staged.write_bytes(orjson.dumps({
+                "key": key, "pid": os.getpid(), "body": os.fstat(body.fileno()).st_ino, "selected": selected,
+                "mark": self.mark, "declared": self.declared, "url_key": obj.key, "content_type": obj.content_type,
+                "etag": obj.etag, "stored_at": obj.stored_at, "headers": obj.headers}))
             os.replace(staged, head_path)
             self._published = (head_path, os.stat(head_path).st_ino, body_path, os.fstat(body.fileno()).st_ino)
         except OSError as exc:
@@ -307,9 +309,10 @@ class SiblingGrowing:
         at, delay = start, POLL_FIRST_S
         stalled_at = loop.time() + self._stall_s
         while at < end:
-            size = os.fstat(fd).st_size
+            body = os.fstat(fd)
+            size = body.st_size
             if size <= at:
-                if not self._over():
+                if not self._over(body):
                     if loop.time() > stalled_at:
                         raise EndedShort(f"the other worker's fill stopped at byte {size} of {self.declared}")
                     await asyncio.sleep(delay)
@@ -339,7 +342,8 @@ class SiblingGrowing:
             return False
         try:
             if os.stat(self._head_path).st_ino != before or head.get("key") != self.key or (
-                    self._head_ino is not None and before != self._head_ino) or not alive(int(head["pid"])):
+                    self._head_ino is not None and before != self._head_ino) or not alive(int(head["pid"])) or (
+                    os.fstat(fd).st_ino != head["body"]):
                 raise ValueError("another fill's, or a gone worker's")
             stored = self._stored_of(head)
             if stored is None:
@@ -353,10 +357,14 @@ class SiblingGrowing:
         self._head_ino, self._fd = before, fd
         return True
 
-    def _over(self) -> bool:
-        """Whether the other worker's fill is over: its head gone or replaced, or the key's byte let go."""
+    def _over(self, body: os.stat_result | None = None) -> bool:
+        """Whether the other worker's fill is over: its body removed (`body`: its status, by the descriptor this
+        reader holds, whose inode no newer fill's file can have meanwhile, as a newer head may have the number of
+        this fill's removed one), its head gone or replaced, or the key's byte let go."""
         try:
-            if os.stat(self._head_path).st_ino != self._head_ino:
+            if body is None and self._fd is not None:
+                body = os.fstat(self._fd)
+            if (body is not None and body.st_nlink == 0) or os.stat(self._head_path).st_ino != self._head_ino:
                 return True
         except OSError:
             return True

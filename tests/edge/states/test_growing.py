@@ -16,7 +16,12 @@ from typing import Any
 import orjson
 import pytest
 
-from assetcdn.edge.states.growing import EndedShort, Growing, SiblingGrowing, shared_name
+from assetcdn.edge.states.growing import (
+    EndedShort,
+    Growing,
+    SiblingGrowing,
+    shared_name,
+)
 from assetcdn.edge.states.pull import published_head
 
 pytestmark = pytest.mark.asyncio
@@ -71,7 +76,7 @@ def published(directory: Path, key: str, pid: int, body: bytes, declared: int, m
     name = directory / shared_name(key)
     name.with_suffix(".body").write_bytes(body)
     name.with_suffix(".head").write_bytes(orjson.dumps({
-        "key": key, "pid": pid, "selected": None, "mark": mark, "declared": declared, "url_key": "pull:u",
+        "key": key, "pid": pid, "body": os.stat(name.with_suffix(".body")).st_ino, "selected": None, "mark": mark, "declared": declared, "url_key": "pull:u",
         "content_type": "video/mp4", "etag": '"e"', "stored_at": 1.0,
         "headers": [["content-type", "video/mp4"], [":status", "200"], [":request-time", "1.0"], [":response-time", "1.0"]]}))
 
@@ -129,3 +134,41 @@ async def test_files_a_killed_worker_left_are_no_fill_to_read(tmp_path: Path) ->
     for suffix in (".head", ".body"):  # under another key's name (a hash collision): its head names its own key
         (tmp_path / shared_name("other")).with_suffix(suffix).rename((tmp_path / shared_name("mine")).with_suffix(suffix))
     assert not SiblingGrowing(tmp_path, "mine", lambda: True, published_head, 30.0).joinable(7)
+
+
+async def test_a_reader_ends_short_at_once_when_its_fill_is_removed_though_a_new_head_has_the_same_inode(
+        tmp_path: Path) -> None:
+    """A fill another worker published ends short (its head and body removed) and a new fill of the key is published
+    at once, its head given the inode number the old head's freed (file systems hand freed numbers out again): the
+    reader of the old body ends short then, not once that body has not grown for its stall time (an hour here)."""
+    published(tmp_path, "again", os.getpid(), BODY[:4000], len(BODY))
+    sibling = SiblingGrowing(tmp_path, "again", lambda: True, published_head, 3600.0)  # the new fill holds the byte
+    assert sibling.joinable(7)
+    sibling.join()
+    reading = asyncio.create_task(read(sibling.pieces(0, len(BODY))))
+    await asyncio.sleep(0.01)
+    name = tmp_path / shared_name("again")
+    name.with_suffix(".body").unlink()  # the old fill's end
+    head = name.with_suffix(".head")
+    with head.open("r+b") as rewritten:  # the new fill's head, under the old inode number
+        rewritten.write(head.read_bytes().replace(b'"mark":7', b'"mark":8'))
+    name.with_suffix(".body").write_bytes(BODY[:100])
+    try:
+        with pytest.raises(EndedShort):  # bounds only a reader that waits for its stall time
+            await asyncio.wait_for(reading, 10)
+    finally:
+        reading.cancel()
+        sibling.leave()
+
+
+async def test_a_head_read_with_a_newer_fills_body_is_no_fill(tmp_path: Path) -> None:
+    """Between a reader's look at a published head and its open of the body, that fill ended and a new one of the
+    key published its body (the head's inode number, freed, given to the new head): the body is not the one the head
+    describes (its length, its validators), and is not read with it."""
+    published(tmp_path, "swapped", os.getpid(), BODY, len(BODY))
+    body = (tmp_path / shared_name("swapped")).with_suffix(".body")
+    newer = body.with_name("newer")
+    newer.write_bytes(BODY[:100])
+    newer.replace(body)
+    assert not SiblingGrowing(tmp_path, "swapped", lambda: True, published_head, 30.0).joinable(7)
+
