@@ -28,7 +28,8 @@ names at its end, after its last byte is written), or when the key's byte of the
 died); what the file then holds is all there is. The head names its flight key, its body's inode (a body opened for
 a head is read only when it is that one) and the purge mark the fill asked the origin at (the edge's workers share
 one), and the variant the answer is when it varies. Files a killed worker
-left are removed by the next fill of the key, and at a worker's start once an hour old.
+left are removed by the next fill of the key, and at a worker's start (a gone worker's fill at once, one whose
+body has not grown for an hour, any other file once an hour old; never a fill under way).
 """
 
 from __future__ import annotations
@@ -396,10 +397,28 @@ def shared_name(key: str) -> str:
 
 
 def sweep_leftovers(directory: Path, age_s: float = LEFTOVER_AGE_S) -> None:
-    """Make the directory the workers publish their fills in; remove what is `age_s` old there (a killed worker's)."""
+    """Make the directory the workers publish their fills in, and remove what killed workers left there: a fill whose
+    worker is gone (its head's pid), or whose body has not grown for `age_s` (its worker's pid since given to another
+    process); any other file once `age_s` old (a head staged, a body whose head never came). A fill under way stays,
+    however long ago it began."""
     directory.mkdir(exist_ok=True)
     now = time.time()
     for path in directory.iterdir():
         with contextlib.suppress(OSError):
-            if now - path.stat().st_mtime > age_s:
+            if path.suffix == ".body" and path.with_suffix(".head").exists():
+                continue  # its head's to judge, with it
+            if path.suffix != ".head":
+                if now - path.stat().st_mtime > age_s:
+                    path.unlink()
+                continue
+            body = path.with_suffix(".body")
+            try:
+                gone = not alive(int(orjson.loads(path.read_bytes())["pid"]))
+            except (ValueError, KeyError, TypeError):  # not a head a worker published: judged by its age
+                gone = False
+            newest = path.stat().st_mtime
+            with contextlib.suppress(FileNotFoundError):
+                newest = max(newest, body.stat().st_mtime)
+            if gone or now - newest > age_s:
                 path.unlink()
+                body.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from assetcdn.edge.states.growing import (
     Growing,
     SiblingGrowing,
     shared_name,
+    sweep_leftovers,
 )
 from assetcdn.edge.states.pull import published_head
 
@@ -172,3 +174,23 @@ async def test_a_head_read_with_a_newer_fills_body_is_no_fill(tmp_path: Path) ->
     newer.replace(body)
     assert not SiblingGrowing(tmp_path, "swapped", lambda: True, published_head, 30.0).joinable(7)
 
+
+async def test_a_workers_start_sweeps_a_killed_workers_files_and_never_a_fill_under_way(tmp_path: Path) -> None:
+    """At a worker's start: the files of a fill whose worker is gone go, however new (nothing else would remove them
+    until the key's next fill); those of a fill under way stay, however long ago it began, as long as its body
+    grows; and a stray file goes once an hour old."""
+    hours_ago = time.time() - 2 * 3600
+    published(tmp_path, "long", os.getpid(), BODY, len(BODY))  # began two hours ago, its last byte just now
+    long_name = tmp_path / shared_name("long")
+    os.utime(long_name.with_suffix(".head"), (hours_ago, hours_ago))
+    published(tmp_path, "killed", gone_pid(), BODY, len(BODY))
+    published(tmp_path, "stalled", os.getpid(), BODY, len(BODY))  # its worker's pid given to another process since
+    stalled_name = tmp_path / shared_name("stalled")
+    for suffix in (".head", ".body"):
+        os.utime(stalled_name.with_suffix(suffix), (hours_ago, hours_ago))
+    (tmp_path / "stray.head.1").write_bytes(b"{")
+    os.utime(tmp_path / "stray.head.1", (hours_ago, hours_ago))
+    (tmp_path / "staged.head.2").write_bytes(b"{")
+    sweep_leftovers(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [long_name.with_suffix(".head").name, long_name.with_suffix(".body").name, "staged.head.2"])
