@@ -506,8 +506,11 @@ def collapsed(stored: StoredResponse, since: float | None) -> bool:
 
 def other_variant(landing: Landing, sent: Varied | None) -> bool:
     """Whether the answer a flight keeps is the variant of other values of the fields its Vary names than the request
-    `sent`'s (`Landing.selected`): no answer to it, which `await_flight` does not wait for."""
+    `sent`'s (`Landing.selected`; for another worker's fill, the variant its published head names, once a request
+    of this worker has read it: `SiblingGrowing.selected`): no answer to it, which `await_flight` does not wait for."""
     selected = landing.selected
+    if selected is None and landing.growing is not None:
+        selected = landing.growing.selected
     return selected is not None and sent is not None and secondary_key(selected[0], sent.fields()) != selected[1]
 
 

@@ -602,3 +602,54 @@ async def test_a_request_on_the_other_worker_is_sent_a_large_fill_as_it_is_read(
         return not any(published.iterdir())
 
     await wait_until(unpublished, "the published fill's files removed")
+
+
+async def test_a_request_of_another_variant_on_the_other_worker_is_not_held_by_a_large_fill(
+        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """The first worker's fill of a 2 MB body that varies on Accept-Language (fr) has read 1.5 MB, the origin holding
+    the rest: a request for the en variant on the other worker, which that fill does not answer, asks the origin for
+    its own at once (as one of the filling worker's own requests does), not once the whole fr body is stored."""
+    cdn, origin = two_workers
+    name = own_shield(cdn, "large-variant")
+    held = len(LARGE) * 3 // 4
+    release = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        lang = request.headers.get("Accept-Language", "-")
+        headers = {"Cache-Control": "max-age=600", "ETag": f'"{lang}"', "Vary": "Accept-Language",
+                   "Content-Type": "video/mp4"}
+        if lang != "fr":
+            return web.Response(body=f"the {lang} variant".encode(), headers=headers)
+        response = web.StreamResponse(headers=headers)
+        response.content_length = len(LARGE)
+        await response.prepare(request)
+        await response.write(LARGE[:held])
+        await release.wait()
+        await response.write(LARGE[held:])
+        return response
+
+    origin.route(name, answer)
+    here = await cdn.plain()
+    filling = asyncio.create_task(here.request(f"/{ZONE}{name}", Accept_Language="fr"))
+
+    async def asked() -> bool:
+        return origin.count(name) == 1
+
+    try:
+        await wait_until(asked, "the first worker's origin request")
+        async with aiohttp.ClientSession() as http:
+            async def other() -> tuple[int, bytes]:
+                async with http.get(f"http://127.0.0.1:{cdn.sibling_ports[0]}/{ZONE}{name}",
+                                    headers={"Accept-Language": "en"}) as resp:
+                    return resp.status, await resp.read()
+
+            # Bounds only a request that waits for the fr fill to end: before, it was answered once the origin's idle
+            # time had ended that fill (the fr client's answer cut short), the origin holding its body back until now.
+            assert await asyncio.wait_for(other(), 30) == (200, b"the en variant")
+        release.set()
+        first = await filling
+        assert (first.status, first.body) == (200, LARGE)
+    finally:
+        release.set()
+        here.close()
+    assert origin.count(name) == 2
