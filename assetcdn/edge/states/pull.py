@@ -617,12 +617,14 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
 
     async def growing(fill: Growing | SiblingGrowing) -> web.StreamResponse | None:
         # Collapsed into the flight's origin request, as when answered from what it stored (`cached`). Another
-        # worker's fill says which variant it is only once its head is published.
-        if not fill.joinable(node.cache.purge_mark()) or (
-                fill.selected is not None and secondary_key(fill.selected[0], sent.fields()) != fill.selected[1]):
+        # worker's fill says which variant it is only once its head is published and read (`joinable`), which
+        # opens its body: joined at once, so that `leave` closes it whatever follows.
+        if not fill.joinable(node.cache.purge_mark()):
             return None
         fill.join()
         try:
+            if fill.selected is not None and secondary_key(fill.selected[0], sent.fields()) != fill.selected[1]:
+                return None
             answer = await deliver_growing(request, fill, CacheResult.HIT,
                                            collapsed_cache_status(missed[0] if missed else "uri-miss"))
         finally:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import itertools
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -608,8 +609,10 @@ async def test_a_request_of_another_variant_on_the_other_worker_is_not_held_by_a
         two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
     """The first worker's fill of a 2 MB body that varies on Accept-Language (fr) has read 1.5 MB, the origin holding
     the rest: a request for the en variant on the other worker, which that fill does not answer, asks the origin for
-    its own at once (as one of the filling worker's own requests does), not once the whole fr body is stored."""
+    its own at once (as one of the filling worker's own requests does), not once the whole fr body is stored. The
+    published fill it looked at is not held open once it is over."""
     cdn, origin = two_workers
+    before = published_descriptors()
     name = own_shield(cdn, "large-variant")
     held = len(LARGE) * 3 // 4
     release = asyncio.Event()
@@ -653,3 +656,17 @@ async def test_a_request_of_another_variant_on_the_other_worker_is_not_held_by_a
         release.set()
         here.close()
     assert origin.count(name) == 2
+
+    async def let_go() -> bool:  # both workers run in this process
+        return published_descriptors() <= before
+
+    await wait_until(let_go, "the published fill's descriptors closed")
+
+
+def published_descriptors() -> int:
+    """How many descriptors of this process are open on files of a published fill (`GROWING_DIR`)."""
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return sum(f"/{GROWING_DIR}/" in link for link in links)
