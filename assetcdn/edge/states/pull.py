@@ -1538,8 +1538,9 @@ async def spool_write(spool: IO[bytes], chunk: bytes, size: int, *, flush: bool 
     """Add a chunk to a body being kept (`size`: the body's length with it): in memory up to SPOOL_MEMORY, then
     in a temporary file, written from a thread so that a slow disk holds no other request of the worker; with
     `flush`, out of the file object's buffer into the file, where the requests reading it as it grows find it
-    (assetcdn/edge/states/growing.py)."""
-    if size <= SPOOL_MEMORY:
+    (assetcdn/edge/states/growing.py). A fill published to the edge's other workers spools to a file from its
+    first byte (`Growing.begin`): written from a thread from the first byte too."""
+    if size <= SPOOL_MEMORY and isinstance(spool, (io.BytesIO, tempfile.SpooledTemporaryFile)):
         spool.write(chunk)
         if flush:
             spool.flush()

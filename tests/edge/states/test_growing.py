@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from assetcdn.edge.states.growing import (
     shared_name,
     sweep_leftovers,
 )
-from assetcdn.edge.states.pull import published_head
+from assetcdn.edge.states.pull import published_head, spool_write
 
 pytestmark = pytest.mark.asyncio
 
@@ -194,3 +195,27 @@ async def test_a_workers_start_sweeps_a_killed_workers_files_and_never_a_fill_un
     sweep_leftovers(tmp_path)
     assert sorted(os.listdir(tmp_path)) == sorted(
         [long_name.with_suffix(".head").name, long_name.with_suffix(".body").name, "staged.head.2"])
+
+
+class Recorded(io.BufferedRandom):
+    """A published fill's spool (a file of its own from its first byte), which records the threads it is written in."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(io.FileIO(path, "w+"))
+        self.threads: set[int] = set()
+
+    def write(self, data: Any) -> int:
+        self.threads.add(threading.get_ident())
+        return super().write(data)
+
+
+async def test_a_published_fills_first_bytes_are_written_to_its_file_off_the_event_loop(tmp_path: Path) -> None:
+    """A published fill's spool is a file from its first byte (`Growing.begin`): its first MB is written from a thread,
+    as the rest of a spool in a file is, never on the worker's event loop, where a slow disk would hold every other
+    request of the worker."""
+    with Recorded(tmp_path / "spool") as spool:
+        for size in (100, 200):
+            await spool_write(spool, BODY[:100], size, flush=True)
+        assert threading.get_ident() not in spool.threads
+        spool.seek(0)
+        assert spool.read() == BODY[:100] * 2
