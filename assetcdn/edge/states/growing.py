@@ -258,7 +258,7 @@ class SiblingGrowing:
     A head whose worker is gone (killed before it could remove it) is none."""
 
     __slots__ = ("key", "stored", "mark", "selected", "declared", "_head_path", "_body_path", "_head_ino", "_fd",
-                 "_readers", "_filling", "_stored_of", "_stall_s")
+                 "_readers", "_filling", "_stored_of", "_stall_s", "_looking")
 
     def __init__(self, directory: Path, key: str, filling: Callable[[], bool],
                  stored_of: Callable[[dict[str, Any]], Any], stall_s: float) -> None:
@@ -275,6 +275,7 @@ class SiblingGrowing:
         self._filling = filling
         self._stored_of = stored_of
         self._stall_s = stall_s
+        self._looking: asyncio.Task[None] | None = None  # the look for the head this worker's requests wait on
 
     def joinable(self, mark: int) -> bool:
         """Whether a request may be answered from the other worker's fill now: its head is published, it is still
@@ -294,7 +295,16 @@ class SiblingGrowing:
         self._close_unread()
 
     async def begun_or(self, kept: asyncio.Future[Any]) -> None:
-        """Wait until the other worker publishes the fill's head, or its fill is over (`kept` done)."""
+        """Wait until the other worker publishes the fill's head, or its fill is over (`kept` done). The worker's
+        requests waiting for the fill share one look for it (`_look`): most fills are never published (1 MB or
+        less), and their waiters would each look every few ms while the fill lasts."""
+        looking = self._looking
+        if looking is None:
+            looking = self._looking = asyncio.get_running_loop().create_task(self._look(kept))
+        if not looking.done() and not kept.done():
+            await asyncio.wait((looking, kept), return_when=asyncio.FIRST_COMPLETED)
+
+    async def _look(self, kept: asyncio.Future[Any]) -> None:
         delay = POLL_FIRST_S
         while not kept.done() and not self._head_there():
             with contextlib.suppress(TimeoutError):
@@ -330,8 +340,13 @@ class SiblingGrowing:
             yield piece
 
     def _head_there(self) -> bool:
-        """Whether a head is published under the key's name (a stat of a small file in the cache directory)."""
-        return self._head_path.exists()
+        """Whether a head is published under the key's name (a stat of a small file in the cache directory); not
+        when the directory cannot be searched (EACCES: the fill is waited for stored, as one not published)."""
+        try:
+            os.stat(self._head_path)
+        except OSError:
+            return False
+        return True
 
     def _open(self) -> bool:
         """Read the published head and open the body (the body checked to be of the same fill as the head)."""

@@ -219,3 +219,40 @@ async def test_a_published_fills_first_bytes_are_written_to_its_file_off_the_eve
         assert threading.get_ident() not in spool.threads
         spool.seek(0)
         assert spool.read() == BODY[:100] * 2
+
+
+async def test_the_requests_waiting_for_another_workers_fill_share_one_look_for_its_head(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fifty requests of a worker wait for another worker's fill of one key, which ends unpublished (a body of 1 MB
+    or less is never published): they look for its head together, not each on its own every few ms (a small fill's
+    waiters on an edge of several workers paid that), and each is done when the fill is. A directory the worker may
+    not search is a fill not published, not the requests' failure."""
+    looks = [0]
+    real_stat = os.stat
+    head = (tmp_path / shared_name("small")).with_suffix(".head")
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if os.fspath(path) == os.fspath(head):
+            looks[0] += 1
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counted)
+    sibling = SiblingGrowing(tmp_path, "small", lambda: True, published_head, 30.0)
+    kept: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    waiting = [asyncio.create_task(sibling.begun_or(kept)) for _ in range(50)]
+    await asyncio.sleep(0.05)
+    assert not any(task.done() for task in waiting)
+    kept.set_result(True)
+    await asyncio.wait_for(asyncio.gather(*waiting), 10)
+    assert 0 < looks[0] < len(waiting)
+
+    def refused(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        raise PermissionError(13, "Permission denied", os.fspath(path))
+
+    monkeypatch.setattr(os, "stat", refused)
+    refused_dir = SiblingGrowing(tmp_path, "refused", lambda: True, published_head, 30.0)
+    kept = asyncio.get_running_loop().create_future()
+    waiter = asyncio.create_task(refused_dir.begun_or(kept))
+    await asyncio.sleep(0.01)
+    kept.set_result(True)
+    await asyncio.wait_for(waiter, 10)
