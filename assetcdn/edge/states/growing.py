@@ -19,8 +19,9 @@ has them, each waiting request at its own pace.
 - The descriptor and the chunks are let go once the fill is over and its last reader has left.
 
 On an edge whose workers take turns at a fill (assetcdn/edge/cache/fill_lock.py), the fill's spool is a file of a
-name the other workers know (``<cache_dir>/growing/<hash of the flight key>.body``, unbuffered), and its head is
-published beside it (``.head``, written whole, then renamed into place). A worker whose request waits for that fill
+name the other workers know (``<cache_dir>/growing/<hash of the flight key>.body``, flushed after each chunk, from
+a thread from its first byte), and its head is published beside it (``.head``, written whole, then renamed into
+place). A worker whose request waits for that fill
 (`SiblingGrowing`) opens both once the head is there and reads the body as it grows, looking every 1 ms at first,
 then every 20 ms at most. The fill is over when its body file is removed (the reader's descriptor's link count:
 no newer fill's file can be taken for it), or its head file is gone or replaced (the filling worker removes both
