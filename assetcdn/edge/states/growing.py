@@ -259,7 +259,8 @@ class SiblingGrowing:
     A head whose worker is gone (killed before it could remove it) is none."""
 
     __slots__ = ("key", "stored", "mark", "selected", "declared", "_head_path", "_body_path", "_head_ino", "_fd",
-                 "_readers", "_filling", "_stored_of", "_stall_s", "_looking")
+                 "_readers", "_filling", "_stored_of", "_stall_s", "_looking", "_grown", "_watching",
+                 "_ended")
 
     def __init__(self, directory: Path, key: str, filling: Callable[[], bool],
                  stored_of: Callable[[dict[str, Any]], Any], stall_s: float) -> None:
@@ -277,6 +278,11 @@ class SiblingGrowing:
         self._stored_of = stored_of
         self._stall_s = stall_s
         self._looking: asyncio.Task[None] | None = None  # the look for the head this worker's requests wait on
+        # What the readers that have every byte there is wait on: done when the body grew, its fill is over, or it
+        # stalled (`_grew`); and the one look of the worker that makes it so (`_watch`).
+        self._grown: asyncio.Future[None] | None = None
+        self._watching: asyncio.Task[None] | None = None
+        self._ended = False  # the fill found over by that look (`_over`): for good
 
     def joinable(self, mark: int) -> bool:
         """Whether a request may be answered from the other worker's fill now: its head is published, it is still
@@ -318,27 +324,59 @@ class SiblingGrowing:
         loop = asyncio.get_running_loop()
         fd = self._fd
         assert fd is not None
-        at, delay = start, POLL_FIRST_S
+        at = start
         stalled_at = loop.time() + self._stall_s
         while at < end:
             body = os.fstat(fd)
             size = body.st_size
             if size <= at:
-                if not self._over(body):
+                # Whether its fill is over is the worker's one look's to say (`_watch`), but for the body's links.
+                if not self._ended and body.st_nlink > 0:
                     if loop.time() > stalled_at:
                         raise EndedShort(f"the other worker's fill stopped at byte {size} of {self.declared}")
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, POLL_MAX_S)
+                    await asyncio.shield(self._grew(size))
                     continue
                 size = os.fstat(fd).st_size  # every byte the fill wrote is in before it is over
                 if size <= at:
                     raise EndedShort(f"the other worker's fill ended at byte {size} of {self.declared}")
-            delay, stalled_at = POLL_FIRST_S, loop.time() + self._stall_s
+            stalled_at = loop.time() + self._stall_s
             piece = await loop.run_in_executor(None, os.pread, fd, min(PIECE, end - at, size - at), at)
             if not piece:
                 raise EndedShort("the other worker's fill file ended before its length")
             at += len(piece)
             yield piece
+
+    def _grew(self, size: int) -> asyncio.Future[None]:
+        """Done once the body is longer than `size` (what a reader found), its fill is over, or it has not grown for
+        `_stall_s`: one look of the worker for all its readers that wait (`_watch`), as the filling worker's readers
+        share one wake-up."""
+        grown = self._grown
+        if grown is None or grown.done():
+            grown = self._grown = asyncio.get_running_loop().create_future()
+        if self._watching is None or self._watching.done():
+            self._watching = asyncio.get_running_loop().create_task(self._watch(size))
+        return grown
+
+    async def _watch(self, size: int) -> None:
+        loop = asyncio.get_running_loop()
+        delay, stalled_at = POLL_FIRST_S, loop.time() + self._stall_s
+        try:
+            while (fd := self._fd) is not None and (grown := self._grown) is not None and not grown.done():
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, POLL_MAX_S)
+                try:
+                    body = os.fstat(fd)
+                except OSError:
+                    break
+                if body.st_size > size or loop.time() > stalled_at:
+                    break
+                if self._over(body):
+                    self._ended = True
+                    break
+        finally:
+            grown = self._grown
+            if grown is not None and not grown.done():
+                grown.set_result(None)
 
     def _head_there(self) -> bool:
         """Whether a head is published under the key's name (a stat of a small file in the cache directory); not
@@ -390,6 +428,9 @@ class SiblingGrowing:
     def _close_unread(self) -> None:
         if self._readers > 0:
             return
+        watching, self._watching = self._watching, None
+        if watching is not None:
+            watching.cancel()
         fd, self._fd = self._fd, None
         if fd is not None:
             with contextlib.suppress(OSError):

@@ -256,3 +256,42 @@ async def test_the_requests_waiting_for_another_workers_fill_share_one_look_for_
     await asyncio.sleep(0.01)
     kept.set_result(True)
     await asyncio.wait_for(waiter, 10)
+
+
+async def test_the_readers_of_another_workers_fill_waiting_for_its_bytes_share_one_look(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fifty readers of another worker's fill have every byte it wrote so far: they look for more together, not each
+    on its own every few ms (a popular video read as it is filled: three system calls a reader every 20 ms), and each
+    gets the bytes that come, then the rest once the fill is over."""
+    published(tmp_path, "popular", os.getpid(), BODY[:4000], len(BODY))
+    name = tmp_path / shared_name("popular")
+    looks = [0]
+    real_stat = os.stat
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if os.fspath(path) == os.fspath(name.with_suffix(".head")):
+            looks[0] += 1
+        return real_stat(path, *args, **kwargs)
+
+    sibling = SiblingGrowing(tmp_path, "popular", lambda: True, published_head, 30.0)
+    assert sibling.joinable(7)
+    readers = []
+    for _ in range(50):
+        sibling.join()
+        readers.append(asyncio.create_task(read(sibling.pieces(0, len(BODY)))))
+    await asyncio.sleep(0.01)  # each has the 4,000 bytes there are, and waits for more
+    monkeypatch.setattr(os, "stat", counted)
+    await asyncio.sleep(0.05)
+    assert not any(task.done() for task in readers)
+    assert looks[0] < len(readers)
+    with name.with_suffix(".body").open("ab") as body:
+        body.write(BODY[4000:6000])
+    await asyncio.sleep(0.05)
+    with name.with_suffix(".body").open("ab") as body:
+        body.write(BODY[6000:])
+    name.with_suffix(".head").unlink()
+    try:
+        assert await asyncio.wait_for(asyncio.gather(*readers), 10) == [BODY] * len(readers)
+    finally:
+        for _ in readers:
+            sibling.leave()
