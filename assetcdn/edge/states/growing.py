@@ -433,8 +433,17 @@ class SiblingGrowing:
             watching.cancel()
         fd, self._fd = self._fd, None
         if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            # From a thread: the last descriptor of a removed body frees its blocks as it closes, up to the object
+            # size limit's, which on the event loop would hold every other request of the worker meanwhile.
+            try:
+                asyncio.get_running_loop().run_in_executor(None, close_quietly, fd)
+            except RuntimeError:  # no loop, or its executor shut down (the worker stopping): closed here
+                close_quietly(fd)
+
+
+def close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 def alive(pid: int) -> bool:

@@ -5,6 +5,7 @@ that stops growing is given up, one that ends short ends its reader short)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import subprocess
@@ -26,6 +27,7 @@ from assetcdn.edge.states.growing import (
     sweep_leftovers,
 )
 from assetcdn.edge.states.pull import published_head, spool_write
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -295,3 +297,36 @@ async def test_the_readers_of_another_workers_fill_waiting_for_its_bytes_share_o
     finally:
         for _ in readers:
             sibling.leave()
+
+
+async def test_the_last_reader_of_another_workers_fill_closes_its_body_off_the_event_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other worker's fill is over and its body removed: the last reader of this worker to leave closes the
+    body's descriptor from a thread, as that close frees the whole body's blocks (up to the object size limit), which
+    on the event loop would hold every other request of the worker meanwhile."""
+    published(tmp_path, "freed", os.getpid(), BODY, len(BODY))
+    sibling = SiblingGrowing(tmp_path, "freed", lambda: True, published_head, 30.0)
+    assert sibling.joinable(7)
+    name = tmp_path / shared_name("freed")
+    body_inode = os.stat(name.with_suffix(".body")).st_ino
+    for suffix in (".head", ".body"):
+        name.with_suffix(suffix).unlink()
+    closed: list[int] = []
+    real_close, real_fstat = os.close, os.fstat
+
+    def recorded(fd: int) -> None:
+        with contextlib.suppress(OSError):
+            if real_fstat(fd).st_ino == body_inode:
+                closed.append(threading.get_ident())
+        real_close(fd)
+
+    monkeypatch.setattr(os, "close", recorded)
+    sibling.join()
+    assert await read(sibling.pieces(0, len(BODY))) == BODY
+    sibling.leave()
+
+    async def done() -> bool:
+        return bool(closed)
+
+    await wait_until(done, "the body's descriptor closed")
+    assert threading.get_ident() not in closed
