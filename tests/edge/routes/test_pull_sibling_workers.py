@@ -670,3 +670,52 @@ def published_descriptors() -> int:
         with contextlib.suppress(OSError):
             links.append(os.readlink(f"/proc/self/fd/{fd}"))
     return sum(f"/{GROWING_DIR}/" in link for link in links)
+
+
+async def test_a_client_gone_while_the_other_worker_reads_a_large_fill_for_it_leaves_nothing_open(
+        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """A client on the other worker reading the first worker's large fill as it grows goes after 100 KB: once the fill
+    is over, neither worker holds a published file open, and none is left in the cache directory; the first client
+    gets the whole body."""
+    cdn, origin = two_workers
+    name = own_shield(cdn, "large-gone")
+    held = len(LARGE) * 3 // 4
+    release = asyncio.Event()
+    before = published_descriptors()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Cache-Control": "max-age=600", "Content-Type": "video/mp4"})
+        response.content_length = len(LARGE)
+        await response.prepare(request)
+        await response.write(LARGE[:held])
+        await release.wait()
+        await response.write(LARGE[held:])
+        return response
+
+    origin.route(name, answer)
+    here = await cdn.plain()
+    filling = asyncio.create_task(here.request(f"/{ZONE}{name}"))
+
+    async def asked() -> bool:
+        return origin.count(name) == 1
+
+    try:
+        await wait_until(asked, "the first worker's origin request")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{cdn.sibling_ports[0]}/{ZONE}{name}") as gone:
+                assert gone.headers["X-Cache"] == "HIT"
+                assert await asyncio.wait_for(gone.content.readexactly(100_000), 30) == LARGE[:100_000]
+                assert gone.connection is not None
+                gone.connection.transport.abort()  # type: ignore[union-attr]
+        release.set()
+        first = await filling
+        assert (first.status, first.body) == (200, LARGE)
+    finally:
+        release.set()
+        here.close()
+    published = cdn.node.config_file.parent / GROWING_DIR
+
+    async def nothing_left() -> bool:
+        return published_descriptors() <= before and not any(published.iterdir())
+
+    await wait_until(nothing_left, "the published fill closed and removed")
