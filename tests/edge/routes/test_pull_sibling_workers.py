@@ -32,6 +32,7 @@ from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.shield import SHIELD_CACHE, rendezvous
 from assetcdn.edge.states.growing import GROWING_DIR
 from assetcdn.edge.states.keys import pull_key
+from assetcdn.edge.states.pull import FLIGHTS, flight_key
 from tests.support.control import ACCOUNT
 from tests.support.hit_cdn import HitCdn
 from tests.support.origins import ZONE, ScriptedOrigin, pull_zone_on_hit_cdn
@@ -719,3 +720,57 @@ async def test_a_client_gone_while_the_other_worker_reads_a_large_fill_for_it_le
         return published_descriptors() <= before and not any(published.iterdir())
 
     await wait_until(nothing_left, "the published fill closed and removed")
+
+
+async def test_a_request_on_the_other_worker_after_a_purge_is_not_answered_from_a_large_fill_asked_before_it(
+        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """A purge of the URL published while the first worker reads its large body: a request on the other worker after
+    it is not answered from the fill that worker publishes (the purge mark its head names is older than the edge's,
+    which its workers share), but waits for it and then asks the origin itself, as one of the filling worker does."""
+    cdn, origin = two_workers
+    name = own_shield(cdn, "large-purged")
+    held = len(LARGE) * 3 // 4
+    release = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Cache-Control": "max-age=600", "Content-Type": "video/mp4"})
+        response.content_length = len(LARGE)
+        await response.prepare(request)
+        await response.write(LARGE[:held])
+        await release.wait()
+        await response.write(LARGE[held:])
+        return response
+
+    origin.route(name, answer)
+    here = await cdn.plain()
+    filling = asyncio.create_task(here.request(f"/{ZONE}{name}"))
+    published = cdn.node.config_file.parent / GROWING_DIR
+
+    async def read_under_way() -> bool:  # published: its body is being read
+        return origin.count(name) == 1 and any(path.suffix == ".head" for path in published.iterdir())
+
+    async def later() -> tuple[int, str, bytes]:
+        async with aiohttp.ClientSession() as http, \
+                http.get(f"http://127.0.0.1:{cdn.sibling_ports[0]}/{ZONE}{name}") as resp:
+            return resp.status, resp.headers["X-Cache"], await resp.read()
+
+    sibling = cdn.siblings[0]
+    key = flight_key(pull_key(ZONE, name, ""), sibling[NODE].config.pull_zones[ZONE])
+    try:
+        await wait_until(read_under_way, "the first worker's fill published")
+        await cdn.purge({"urls": [f"http://edge.test/{ZONE}{name}"]})
+        waiting = asyncio.create_task(later())
+
+        async def joined() -> bool:
+            return sibling[FLIGHTS].joined(key) == 1
+
+        await wait_until(joined, "the request after the purge waiting for the fill")
+        assert not waiting.done()
+        release.set()
+        first = await filling
+        assert (first.status, first.body) == (200, LARGE)
+        assert await waiting == (200, "MISS", LARGE)
+    finally:
+        release.set()
+        here.close()
+    assert origin.count(name) == 2
