@@ -379,13 +379,16 @@ class SiblingGrowing:
                 grown.set_result(None)
 
     def _head_there(self) -> bool:
-        """Whether a head is published under the key's name (a stat of a small file in the cache directory); not
-        when the directory cannot be searched (EACCES: the fill is waited for stored, as one not published)."""
+        """Whether a head of this key's fill is published under its name (a stat of a small file in the cache
+        directory); not when the directory cannot be searched (EACCES: the fill is waited for stored, as one not
+        published), nor one a killed worker left, which the fill waited for replaces once its head is in (read,
+        then, as long as that one is there: a small file and a signal 0 each look)."""
         try:
             os.stat(self._head_path)
-        except OSError:
+            head = orjson.loads(self._head_path.read_bytes())
+            return bool(head.get("key") == self.key and alive(int(head["pid"])))
+        except (OSError, ValueError, KeyError, TypeError):
             return False
-        return True
 
     def _open(self) -> bool:
         """Read the published head and open the body (the body checked to be of the same fill as the head)."""

@@ -330,3 +330,22 @@ async def test_the_last_reader_of_another_workers_fill_closes_its_body_off_the_e
 
     await wait_until(done, "the body's descriptor closed")
     assert threading.get_ident() not in closed
+
+
+async def test_the_requests_waiting_for_another_workers_fill_look_past_a_killed_workers_head(tmp_path: Path) -> None:
+    """A worker killed mid-fill left its head; a new fill of the key on another worker has not published its own yet:
+    a request waiting for that fill goes on looking for its head (rather than take the dead one for it, find it no
+    fill, and wait for the whole body), and is done once the new fill publishes."""
+    published(tmp_path, "again", gone_pid(), BODY[:4000], len(BODY))
+    sibling = SiblingGrowing(tmp_path, "again", lambda: True, published_head, 30.0)
+    kept: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    waiting = asyncio.create_task(sibling.begun_or(kept))
+    await asyncio.sleep(0.05)
+    try:
+        assert not waiting.done()
+        published(tmp_path, "again", os.getpid(), BODY[:100], len(BODY))  # the new fill's, as `_publish` does
+        await asyncio.wait_for(waiting, 10)
+        assert sibling.joinable(7)
+    finally:
+        waiting.cancel()
+        kept.cancel()
