@@ -19,18 +19,18 @@ has them, each waiting request at its own pace.
 - The descriptor and the chunks are let go once the fill is over and its last reader has left.
 
 On an edge whose workers take turns at a fill (assetcdn/edge/cache/fill_lock.py), the fill's spool is a file of a
-name the other workers know (``<cache_dir>/growing/<hash of the flight key>.body``, flushed after each chunk, from
-a thread from its first byte), and its head is published beside it (``.head``, written whole, then renamed into
-place). A worker whose request waits for that fill
-(`SiblingGrowing`) opens both once the head is there and reads the body as it grows, looking every 1 ms at first,
-then every 20 ms at most. The fill is over when its body file is removed (the reader's descriptor's link count:
-no newer fill's file can be taken for it), or its head file is gone or replaced (the filling worker removes both
-names at its end, after its last byte is written), or when the key's byte of the lock is let go (a worker that
-died); what the file then holds is all there is. The head names its flight key, its body's inode (a body opened for
-a head is read only when it is that one) and the purge mark the fill asked the origin at (the edge's workers share
-one), and the variant the answer is when it varies. Files a killed worker
-left are removed by the next fill of the key, and at a worker's start (a gone worker's fill at once, one whose
-body has not grown for an hour, any other file once an hour old; never a fill under way).
+name the other workers know (``<cache_dir>/growing/<hash of the flight key>.body``, flushed after each chunk, from a
+thread from its first byte), and its head is published beside it (``.head``, written whole, then renamed into
+place). A worker whose request waits for that fill (`SiblingGrowing`) opens both once the head is there and reads
+the body as it grows, looking every 1 ms at first, then every 20 ms at most (one look of the worker for all its
+requests that wait). The fill is over when its body file is removed (the reader's descriptor's link count: no newer
+fill's file can be taken for it), or its head file is gone or replaced (the filling worker removes both names at its
+end, after its last byte is written), or when the key's byte of the lock is let go (a worker that died); what the
+file then holds is all there is. The head names its flight key, its body's inode (a body opened for a head is read
+only when it is that one) and the purge mark the fill asked the origin at (the edge's workers share one), and the
+variant the answer is when it varies. Files a killed worker left are removed by the next fill of the key, and at a
+worker's start (a gone worker's fill at once, one whose body has not grown for an hour, any other file once an hour
+old; never a fill under way).
 """
 
 from __future__ import annotations
