@@ -16,7 +16,9 @@ has them, each waiting request at its own pace.
 - A fill that ends short (the origin's body failed, the spool's file failed) ends its readers' answers short too:
   their connections are closed short of the Content-Length, as the fill's own client's is, never an answer that
   looks complete.
-- The descriptor and the chunks are let go once the fill is over and its last reader has left.
+- The descriptor and the chunks are let go once the fill is over and its last reader has left, and no thread reads
+  the file by that descriptor any more. A descriptor that cannot be had (the worker out of them) ends the readers
+  short, not the fill, which goes on into the cache.
 
 On an edge whose workers take turns at a fill (assetcdn/edge/cache/fill_lock.py), the fill's spool is a file of a
 name the other workers know (``<cache_dir>/growing/<hash of the flight key>.body``, flushed after each chunk, from a
@@ -143,13 +145,15 @@ class Growing:
 
     def add(self, chunk: bytes, spool: IO[bytes]) -> None:
         """`chunk` is in `spool` (flushed to its file once past `memory_limit`), after the bytes before it."""
+        if self.ended is not None:  # ended short already (`_descriptor`): the fill reads on for the cache alone
+            return
         start = self.written
         if start < self.memory_limit:
             self._chunks.append(chunk)
             self._starts.append(start)
             self._memory_end = start + len(chunk)
-        elif self._fd is None:
-            self._fd = os.dup(spool.fileno())  # rolled over to its file by now (`pull.spool_write`)
+        elif self._fd is None and not self._descriptor(spool):
+            return
         self.written = start + len(chunk)
         self._wake()
 
@@ -218,13 +222,33 @@ class Growing:
                 if fd is None:
                     raise EndedShort("the fill's temporary file is gone")
                 size = min(PIECE, end - at, self.written - at)
-                piece = await loop.run_in_executor(None, os.pread, fd, size, at)
+                # The read holds the descriptor as a reader of its own until its thread is done: a reader that goes
+                # meanwhile (cancelled, the edge stopping) never has it closed under that read, its number maybe
+                # another file's by then.
+                reading = loop.run_in_executor(None, os.pread, fd, size, at)
+                self._readers += 1
+                reading.add_done_callback(self._read_done)
+                piece = await asyncio.shield(reading)
                 if not piece:
                     raise EndedShort("the fill's temporary file ended before its length")
             at += len(piece)
             yield piece
 
     # --- inner --------------------------------------------------------------------------------------------------------
+
+    def _descriptor(self, spool: IO[bytes]) -> bool:
+        """Take a descriptor of the spool's file (rolled over to it by now, `pull.spool_write`) for the readers.
+        Without one (the worker out of descriptors) they are ended short, not the fill: its own client and the
+        cache need none of it, and the requests still to come wait for the body stored."""
+        try:
+            self._fd = os.dup(spool.fileno())
+        except OSError:
+            self.end(False)
+            return False
+        return True
+
+    def _read_done(self, _reading: asyncio.Future[bytes]) -> None:
+        self.leave()
 
     def _waiter(self) -> asyncio.Future[None]:
         changed = self._changed

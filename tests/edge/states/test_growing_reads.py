@@ -1,0 +1,203 @@
+"""A fill's body as it is read, for the requests waiting for its URL (assetcdn/edge/states/growing.py): the bytes a
+reader gets from any start, whatever chunks the fill read around the part it holds in memory, and the descriptor of
+its spool's file it reads the rest by, which outlives neither the fill nor its readers, nor goes while one of them
+still reads by it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import threading
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import IO, Any
+
+import pytest
+
+from assetcdn.edge.states import growing as growing_module
+from assetcdn.edge.states.growing import EndedShort, Growing
+from assetcdn.edge.states.pull import SPOOL_MEMORY, new_spool, relay_body, spool_write
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.asyncio
+
+DECLARED = SPOOL_MEMORY + 300 * 1024
+BODY = bytes(index % 251 for index in range(DECLARED))
+
+
+async def filled(sizes: list[int], growing: Growing | None = None,
+                 upto: int = DECLARED) -> tuple[Growing, IO[bytes]]:
+    """A fill of BODY's first `upto` bytes in chunks of `sizes` (then one of the rest), each written to its spool as
+    `relay_body` writes it, then told to `growing`."""
+    growing = growing or Growing(DECLARED, SPOOL_MEMORY)
+    spool = new_spool(DECLARED)
+    growing.begin(object(), 0)
+    at = 0
+    for size in [*sizes, DECLARED]:
+        chunk = BODY[at:min(at + size, upto)]
+        if not chunk:
+            break
+        at += len(chunk)
+        await spool_write(spool, chunk, at, flush=True)
+        growing.add(chunk, spool)
+    return growing, spool
+
+
+async def read(growing: Growing, start: int, end: int) -> bytes:
+    return b"".join([piece async for piece in growing.pieces(start, end)])
+
+
+# Chunks that end on the limit, one that straddles it (its bytes past it held in memory with the rest of it), and
+# single bytes either side of it.
+LAYOUTS = {
+    "aligned": [64 * 1024] * 16,
+    "straddling": [1000] + [64 * 1024] * 16,
+    "bytes": [SPOOL_MEMORY - 2, 1, 1, 1, 1],
+}
+STARTS = [0, 999, SPOOL_MEMORY - 1, SPOOL_MEMORY, SPOOL_MEMORY + 1, 1000 + 16 * 64 * 1024, DECLARED - 1]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+async def test_a_reader_gets_the_bodys_bytes_from_any_start_whatever_the_chunks_around_the_memory_limit(
+        layout: str) -> None:
+    growing, spool = await filled(LAYOUTS[layout])
+    growing.join()
+    try:
+        for start in STARTS:
+            for end in (start + 1, min(start + 70 * 1024, DECLARED), DECLARED):
+                assert await read(growing, start, end) == BODY[start:end], (start, end)
+    finally:
+        growing.end(True)
+        growing.leave()
+        spool.close()
+
+
+async def test_a_reader_ahead_of_the_fill_gets_each_byte_once_the_fill_has_it() -> None:
+    growing = Growing(DECLARED, SPOOL_MEMORY)
+    growing.join()
+    reader = asyncio.create_task(read(growing, SPOOL_MEMORY - 10, DECLARED))
+    await asyncio.sleep(0)
+    spool: IO[bytes] | None = None
+    try:
+        growing, spool = await filled([SPOOL_MEMORY - 5, 7, 64 * 1024], growing)
+        growing.end(True)
+        assert await reader == BODY[SPOOL_MEMORY - 10:]
+    finally:
+        growing.leave()
+        if spool is not None:
+            spool.close()
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_a_fill_that_ends_short_ends_its_readers_and_lets_its_descriptor_go() -> None:
+    before = open_descriptors()
+    growing, spool = await filled([SPOOL_MEMORY, 64 * 1024], upto=SPOOL_MEMORY + 64 * 1024)  # then it fails
+    spool.close()  # as a fill's failure closes it (`relay_body`)
+    growing.join()
+    reader = asyncio.create_task(read(growing, 0, DECLARED))
+    await asyncio.sleep(0.01)
+    growing.end(False)
+    with pytest.raises(EndedShort):
+        await reader
+    assert open_descriptors() == before + 1  # its reader still holds it
+    growing.leave()
+    assert open_descriptors() == before
+    assert not growing.joinable(0)
+
+
+async def test_a_reader_that_leaves_mid_read_keeps_the_descriptor_open_until_its_read_is_done(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader cancelled (the edge stopping) while a thread reads its piece of the spool's file: the fill being over,
+    the descriptor is let go once that read is done, never closed under it (its number another file's by then)."""
+    growing, spool = await filled([SPOOL_MEMORY, 64 * 1024])
+    started, release = threading.Event(), threading.Event()
+    real = os.pread
+
+    def held(fd: int, size: int, at: int) -> bytes:
+        started.set()
+        release.wait(20)
+        return real(fd, size, at)
+
+    monkeypatch.setattr(os, "pread", held)
+    descriptor = growing._fd
+    assert descriptor is not None
+    same_file = os.fstat(descriptor).st_ino
+    growing.join()
+
+    async def reader() -> bytes:
+        try:
+            return await read(growing, SPOOL_MEMORY, DECLARED)
+        finally:
+            growing.leave()
+
+    task = asyncio.create_task(reader())
+
+    async def reading() -> bool:
+        return started.is_set()
+
+    try:
+        await wait_until(reading, "the reader's read of the spool's file")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        growing.end(False)  # the fill over, and no reader left
+        assert os.fstat(descriptor).st_ino == same_file  # still open for the read under way
+    finally:
+        release.set()
+        spool.close()
+
+    def closed() -> bool:
+        try:
+            return os.fstat(descriptor).st_ino != same_file
+        except OSError:
+            return True
+
+    async def let_go() -> bool:
+        return closed()
+
+    await wait_until(let_go, "the descriptor let go once the read was done")
+
+
+class Origin:
+    """An origin's body in chunks of `size` (what `relay_body` reads)."""
+
+    def __init__(self, body: bytes, size: int) -> None:
+        self.body, self.size = body, size
+
+    async def chunks(self, *, capped: bool = True) -> AsyncIterator[bytes]:
+        for start in range(0, len(self.body), self.size):
+            yield self.body[start:start + self.size]
+            await asyncio.sleep(0)
+
+
+async def test_a_fill_that_cannot_have_a_descriptor_for_its_readers_ends_them_and_still_keeps_its_body(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker out of descriptors when a fill's readers need one to read its file: the readers are ended short
+    (their answers cut, the later requests waiting for it stored), and the fill reads the body into its spool still,
+    to be stored: not given up for want of what only its readers needed."""
+    def no_descriptor(fd: int) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(growing_module, "os", SimpleNamespace(dup=no_descriptor, pread=os.pread, close=os.close))
+    growing = Growing(DECLARED, SPOOL_MEMORY)
+    growing.begin(object(), 0)
+    growing.join()
+    reader = asyncio.create_task(read(growing, 0, DECLARED))
+    origin: Any = Origin(BODY, 64 * 1024)
+    spool, _sent = await relay_body(origin, DECLARED, new_spool(DECLARED), None, None, growing=growing)
+    try:
+        with pytest.raises(EndedShort):
+            await reader
+        assert spool is not None  # kept
+        spool.seek(0)
+        assert spool.read() == BODY
+        assert not growing.joinable(0)
+    finally:
+        growing.leave()
+        if spool is not None:
+            spool.close()
