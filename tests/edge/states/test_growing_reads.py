@@ -33,7 +33,7 @@ async def filled(sizes: list[int], growing: Growing | None = None,
     `relay_body` writes it, then told to `growing`."""
     growing = growing or Growing(DECLARED, SPOOL_MEMORY)
     spool = new_spool(DECLARED)
-    growing.begin(object(), 0)
+    spool = growing.begin(object(), 0, spool)
     at = 0
     for size in [*sizes, DECLARED]:
         chunk = BODY[at:min(at + size, upto)]
@@ -185,11 +185,11 @@ async def test_a_fill_that_cannot_have_a_descriptor_for_its_readers_ends_them_an
 
     monkeypatch.setattr(growing_module, "os", SimpleNamespace(dup=no_descriptor, pread=os.pread, close=os.close))
     growing = Growing(DECLARED, SPOOL_MEMORY)
-    growing.begin(object(), 0)
+    spool = growing.begin(object(), 0, new_spool(DECLARED))
     growing.join()
     reader = asyncio.create_task(read(growing, 0, DECLARED))
     origin: Any = Origin(BODY, 64 * 1024)
-    spool, _sent = await relay_body(origin, DECLARED, new_spool(DECLARED), None, None, growing=growing)
+    spool, _sent = await relay_body(origin, DECLARED, spool, None, None, growing=growing)
     try:
         with pytest.raises(EndedShort):
             await reader
