@@ -208,3 +208,99 @@ async def test_a_request_waiting_for_a_fill_within_what_is_held_in_memory_waits_
     finally:
         go.set()
     assert pull.origin.count(name) == 1
+
+
+def varied(go: asyncio.Event) -> Handler:
+    """`held`'s answer, of a body per Accept-Language (Vary), the English one held back until `go` is set."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        language = request.headers.get("Accept-Language", "en")
+        body = BIG if language == "en" else BIG[::-1]
+        response = web.StreamResponse(headers={**LONG, "Content-Type": "video/mp4", "Vary": "Accept-Language",
+                                               "ETag": f'"{language}"'})
+        response.content_length = len(body)
+        await response.prepare(request)
+        await response.write(body[:FIRST])
+        if language == "en":
+            await go.wait()
+        await response.write(body[FIRST:])
+        return response
+
+    return answer
+
+
+async def test_a_request_for_another_variant_is_not_sent_the_body_being_read(pull: Pull) -> None:
+    """The fill under way varies by Accept-Language (the first request sent none): a request that sends none either is
+    sent its body as it is read, one that asks for French asks the origin for its own at once, never streamed the
+    first one's."""
+    name = "/growing/varied.mp4"
+    go = asyncio.Event()
+    pull.origin.route(name, varied(go))
+    try:
+        first = await leading(pull, name)
+        same = await asyncio.wait_for(pull.cdn.edge.get(f"/{ZONE}{name}"), STREAMED_S)  # no Accept-Language either
+        assert (same.headers["X-Cache"], same.headers["ETag"]) == ("HIT", '"en"')
+        assert await read_exactly(same, FIRST) == BIG[:FIRST]
+        other = await asyncio.wait_for(pull.cdn.edge.get(f"/{ZONE}{name}", headers={"Accept-Language": "fr"}),
+                                       STREAMED_S)
+        assert (other.status, other.headers["X-Cache"], other.headers["ETag"]) == (200, "MISS", '"fr"')
+        assert await asyncio.wait_for(other.read(), STREAMED_S) == BIG[::-1]
+        go.set()
+        assert await same.read() == BIG[FIRST:]
+        assert await first == BIG
+    finally:
+        go.set()
+    assert pull.origin.count(name) == 2
+
+
+async def test_conditions_on_a_large_fill_under_way_are_answered_from_its_head(pull: Pull) -> None:
+    """If-None-Match is answered 304 at once, If-Range with the fill's ETag gets its range, with another the whole
+    body: as from the stored copy, before the fill is over."""
+    name = "/growing/conditions.mp4"
+    go = asyncio.Event()
+    pull.origin.route(name, held(go))
+    try:
+        first = await leading(pull, name)
+        matching = await asyncio.wait_for(pull.cdn.edge.get(f"/{ZONE}{name}", headers={"If-None-Match": '"v1"'}),
+                                          STREAMED_S)
+        assert (matching.status, matching.headers["ETag"], matching.headers["X-Cache"]) == (304, '"v1"', "HIT")
+        ranged = await asyncio.wait_for(pull.cdn.edge.get(
+            f"/{ZONE}{name}", headers={"Range": "bytes=1000-1999", "If-Range": '"v1"'}), STREAMED_S)
+        assert (ranged.status, await ranged.read()) == (206, BIG[1000:2000])
+        changed = await asyncio.wait_for(pull.cdn.edge.get(
+            f"/{ZONE}{name}", headers={"Range": "bytes=1000-1999", "If-Range": '"v0"'}), STREAMED_S)
+        assert (changed.status, changed.headers["Content-Length"]) == (200, str(len(BIG)))
+        assert await read_exactly(changed, FIRST) == BIG[:FIRST]
+        go.set()
+        assert await changed.read() == BIG[FIRST:]
+        assert await first == BIG
+    finally:
+        go.set()
+    assert pull.origin.count(name) == 1
+
+
+async def test_a_request_holding_a_stale_copy_is_sent_the_new_body_its_revalidation_reads(pull: Pull) -> None:
+    """The stored copy is stale; its revalidation gets a new, large body: a request waiting for that revalidation is
+    sent the new body as it is read, not the copy it held."""
+    name = "/growing/revalidated.mp4"
+    old = b"old" * 1000
+
+    async def stale(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=old, headers={"Cache-Control": "max-age=0", "ETag": '"v0"',
+                                               "Content-Type": "video/mp4"})
+
+    pull.origin.route(name, stale)
+    assert await (await pull.get(name)).read() == old
+    go = asyncio.Event()
+    pull.origin.route(name, held(go))
+    try:
+        first = await leading(pull, name)
+        waiter = await asyncio.wait_for(pull.cdn.edge.get(f"/{ZONE}{name}"), STREAMED_S)
+        assert (waiter.status, waiter.headers["ETag"], waiter.headers["X-Cache"]) == (200, '"v1"', "HIT")
+        assert waiter.headers["Cache-Status"] == "assetcdn; fwd=stale; collapsed"
+        assert await read_exactly(waiter, FIRST) == BIG[:FIRST]
+        go.set()
+        assert await waiter.read() == BIG[FIRST:]
+        assert await first == BIG
+    finally:
+        go.set()
+    assert pull.origin.count(name) == 2
