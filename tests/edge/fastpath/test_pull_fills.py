@@ -782,6 +782,65 @@ async def test_a_client_that_stops_reading_its_fill_is_cut_off_and_the_fill_comp
         idle.close()
 
 
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_a_request_waiting_for_a_large_fill_that_reads_nothing_is_cut_off_while_the_fill_goes_on(
+        slow_readers: FillCdn, path: str) -> None:
+    """A request answered from a large fill under way (assetcdn/edge/states/growing.py) whose client reads none of
+    it is cut off after the send timeout, as a fill's own client is, while the origin still holds the rest: its
+    delivery is recorded then (a HIT, its answer short), and the fill, which it never paced, completes for its
+    own client and the cache. Asked on the hit port (handed to the application) or the application's own."""
+    name = f"/growing-stalled-{path}.bin"
+    held = len(LARGE) // 2
+    release = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)
+        response.content_length = len(LARGE)
+        await response.prepare(request)
+        await response.write(LARGE[:held])
+        await release.wait()
+        await response.write(LARGE[held:])
+        return response
+
+    slow_readers.origin.route(name, answer)
+    cdn = slow_readers.cdn
+    loop = asyncio.get_running_loop()
+    leader = await cdn.plain()
+    first = asyncio.create_task(leader.request(f"/{ZONE}{name}"))
+    idle = await slow_reader(cdn.port if path == "hit" else cdn.plain_port)
+    deliveries = cdn.node.deliveries
+    try:
+        async def fill_asked() -> bool:
+            return slow_readers.origin.count(name) == 1
+
+        await wait_until(fill_asked, "the fill under way")
+        await loop.sock_sendall(idle, request_bytes(f"/{ZONE}{name}"))
+
+        async def cut_off() -> bool:
+            return any(key[2] == f"{ZONE}{name}" and key[5] == CacheResult.HIT for key in deliveries.counts)
+
+        await wait_until(cut_off, "the waiting request that reads nothing cut off")
+        assert not release.is_set() and not first.done()
+        received = 0
+        with contextlib.suppress(ConnectionError):
+            while chunk := await asyncio.wait_for(loop.sock_recv(idle, 1024 * 1024), READ_S):
+                received += len(chunk)
+        assert 0 < received < len(LARGE)
+        release.set()
+        answered = await first
+        assert (answered.status, answered.header("X-Cache"), answered.body == LARGE) == (200, "MISS", True)
+    finally:
+        release.set()
+        idle.close()
+        leader.close()
+    assert slow_readers.origin.count(name) == 1
+
+    async def stored() -> bool:  # its client may have had the last bytes before they were stored
+        return stored_url(cdn.node, ZONE, name) is not None
+
+    await wait_until(stored, "the fill stored")
+
+
 @pytest.mark.parametrize("answered", ["hit path fill", "application fill", "stored copy"])
 async def test_an_answer_cut_short_counts_the_bytes_it_sent_as_served(slow_readers: FillCdn, answered: str) -> None:
     """`assetcdn_bytes_served_total` of a client cut off before its whole body: the bytes that left the edge, as its
