@@ -650,3 +650,47 @@ async def test_a_lagging_stream_reset_while_the_origin_holds_its_body_gives_its_
     await wait_until(stored, "the fill stored")
     status, headers, got = await answer(conn, ask(conn, request(name)), "a hit")
     assert (status, headers["x-cache"], got == body, edge.origin.count(name)) == (200, "HIT", True, 1)
+
+
+async def test_streams_waiting_for_a_large_fill_are_sent_what_it_has_read_beside_one_that_reads_nothing(
+        edge: Edge) -> None:
+    """A fill of a body over 1 MB (assetcdn/edge/states/growing.py) on one stream, the origin holding its last part:
+    a stream of the same connection waiting for it is sent the bytes read so far, a range of them, its HEAD, while a
+    stalled stream (its window shut) of the same URL holds a bounded part and holds up none of them; the origin is
+    asked once, and the stalled stream reset leaves the connection nothing held."""
+    name = "/growing-h2.bin"
+    body = bytes(range(256)) * 5_000  # 1.28 MB
+    first = 1_100_000
+    kept = {"Cache-Control": "max-age=600", "Content-Type": "video/mp4", "ETag": '"g"'}
+    release = edge.origin.hold(name, body, kept, first=first)
+    conn = edge.connect()
+    leader = ask(conn, request(name))
+    try:
+        await headed(conn, leader)
+        stalled = conn.stall(f"/{ZONE}{name}")
+        waiter = ask(conn, request(name))
+        ranged = ask(conn, request(name, "GET", (b"range", b"bytes=1050000-1050099")))
+        status, headers, got = await answer(conn, ranged, "a range of what the fill read")
+        assert (status, headers["x-cache"], got) == (206, "HIT", body[1050000:1050100])
+        status, headers, got = await answer(conn, ask(conn, request(name, "HEAD")), "a HEAD")
+        assert (status, headers["content-length"], got) == (200, str(len(body)), b"")
+
+        async def sent_what_was_read() -> bool:
+            conn.exchange()
+            return len(conn.answers[waiter][1]) >= first
+
+        await wait_until(sent_what_was_read, "the waiting stream sent what the fill read")
+        assert not release.is_set()
+        assert conn.server.pending_total < 1024 * 1024  # the stalled stream's part, bounded
+        conn.resets[stalled] = -1
+        conn.client.reset_stream(stalled)
+        conn.exchange()
+        release.set()
+        status, headers, got = await answer(conn, waiter, "the waiting stream's whole answer")
+        assert (status, headers["x-cache"], got == body) == (200, "HIT", True)
+        status, headers, got = await answer(conn, leader, "the leading stream's whole answer")
+        assert (status, headers["x-cache"], got == body) == (200, "MISS", True)
+    finally:
+        release.set()
+    assert edge.origin.count(name) == 1
+    assert (conn.server.streams, conn.server.pending_total, conn.server.paused_producers) == ({}, 0, 0)
