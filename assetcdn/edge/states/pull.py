@@ -718,10 +718,13 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
         streams = growing is not None and deadline is None
         try:
             failure = await await_flight(waiting, limits, deadline, sent, streams)
-            if streams and failure is None and (streamed := await from_growing(waiting, sent, growing)) is not None:
-                flights.waiters += 1
-                return streamed
-            if streams and failure is None:  # not answered from it: its body stored, as for any waiting request
+            # Only a fill that tells of its body as it reads it (over SPOOL_MEMORY) had the wait end early: a small
+            # one's waiters waited for it stored above, and pay nothing more here (no second wait).
+            if streams and failure is None and waiting.result().growing is not None:
+                if (streamed := await from_growing(waiting, sent, growing)) is not None:
+                    flights.waiters += 1
+                    return streamed
+                # Not answered from it (over, purged since, another variant): its body stored, as any waiter's.
                 failure = await await_flight(waiting, limits, deadline, sent)
         except TimeoutError:
             if deadline is not None:
