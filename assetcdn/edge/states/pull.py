@@ -126,6 +126,9 @@ log = logging.getLogger(__name__)
 # An origin's failures, per zone and kind: one line per 10 s with how many were left out, however many requests fail.
 ORIGIN_FAILURES = LinePerInterval(log)
 STORE_FAILURES = LinePerInterval(log)  # a cache that cannot store (its disk failing): a line per zone and interval
+# Requests answered from a fill under way that it ended short (`deliver_growing`): every one of a fill's waiters at
+# once, so a line per zone and interval, not one each.
+GROWING_CUTS = LinePerInterval(log)
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
 SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up to this, then in a temporary file
@@ -626,7 +629,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
             if fill.selected is not None and secondary_key(fill.selected[0], sent.fields()) != fill.selected[1]:
                 return None
             answer = await deliver_growing(request, fill, CacheResult.HIT,
-                                           collapsed_cache_status(missed[0] if missed else "uri-miss"))
+                                           collapsed_cache_status(missed[0] if missed else "uri-miss"), zone.name)
         finally:
             fill.leave()
         count_lookup(request, CacheResult.HIT)
@@ -2003,9 +2006,10 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
 
 
 async def deliver_growing(request: web.Request, growing: Growing | SiblingGrowing, x_cache: str,
-                          cache_status: str) -> web.StreamResponse:
+                          cache_status: str, zone: str) -> web.StreamResponse:
     """`deliver` of the body a fill is reading (assetcdn/edge/states/growing.py; the caller has joined it): its
-    bytes sent as the fill has them. An answer the fill ends short of is cut short (`broken_off`)."""
+    bytes sent as the fill has them. An answer the fill ends short of is cut short (`broken_off`), logged once per
+    `zone` (its name) and interval with the others (GROWING_CUTS)."""
     head = answer_head(request, growing.stored, x_cache, cache_status)
     if isinstance(head, web.Response):
         return head
@@ -2020,7 +2024,8 @@ async def deliver_growing(request: web.Request, growing: Growing | SiblingGrowin
                 if not await sent_in_time(response.write(piece), timeout_s, partial(cut_off, request, response)):
                     return response
         except (EndedShort, OSError) as exc:
-            log.info("a request answered from a fill under way was cut short: %s", exc)
+            GROWING_CUTS.log(logging.INFO, zone, "pull zone %s: a request answered from a fill under way was cut "
+                             "short: %s", zone, exc)
             broken_off(request, response)
             return response
     await response.write_eof()

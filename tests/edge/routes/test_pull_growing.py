@@ -6,6 +6,7 @@ until the test lets it go: what a waiting request gets before then was streamed 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -152,6 +153,30 @@ async def test_a_large_fill_the_origin_cuts_short_cuts_its_waiting_requests_shor
         assert isinstance(await first, ClientPayloadError)
     finally:
         go.set()
+
+
+async def test_the_requests_a_cut_fill_cuts_short_cost_the_log_one_line_not_one_each(
+        pull: Pull, caplog: pytest.LogCaptureFixture) -> None:
+    """Many requests answered from a large fill the origin cuts short: each answer is cut, and the log says so once
+    (with how many it left out), as the origin's failures are logged, not once per request (thousands under load)."""
+    name = "/growing/cut-many.mp4"
+    go = asyncio.Event()
+    pull.origin.route(name, held(go, cut=True))
+    with caplog.at_level(logging.INFO, logger="assetcdn.edge.states.pull"):
+        try:
+            first = await leading(pull, name)
+            waiters = [await asyncio.wait_for(pull.cdn.edge.get(f"/{ZONE}{name}"), STREAMED_S) for _ in range(5)]
+            for waiter in waiters:
+                assert await read_exactly(waiter, FIRST) == BIG[:FIRST]
+            go.set()
+            for waiter in waiters:
+                with pytest.raises(ClientPayloadError):
+                    await waiter.read()
+            assert isinstance(await first, ClientPayloadError)
+        finally:
+            go.set()
+    lines = [record for record in caplog.records if "answered from a fill under way" in record.getMessage()]
+    assert len(lines) <= 1, [record.getMessage() for record in lines]
 
 
 async def test_a_request_after_a_purge_is_not_answered_from_a_fill_asked_for_before_it(pull: Pull) -> None:
