@@ -54,8 +54,9 @@ def held(go: asyncio.Event, *, cut: bool = False, body: bytes = BIG, first: int 
     return answer
 
 
-async def leading(pull: Pull, name: str) -> asyncio.Task[bytes | BaseException]:
-    """The first request for `name`, read whole in a task, once its fill has asked the origin."""
+async def leading(pull: Pull, name: str, asked_before: int = 0) -> asyncio.Task[bytes | BaseException]:
+    """The first request for `name`, read whole in a task, once its fill has asked the origin (which was asked
+    `asked_before` times before it)."""
     async def whole() -> bytes | BaseException:
         resp = await pull.cdn.edge.get(f"/{ZONE}{name}")
         try:
@@ -66,7 +67,7 @@ async def leading(pull: Pull, name: str) -> asyncio.Task[bytes | BaseException]:
     task = asyncio.create_task(whole())
 
     async def asked() -> bool:
-        return pull.origin.count(name) == 1
+        return pull.origin.count(name) == asked_before + 1
 
     await wait_until(asked, "the first request's origin request")
     return task
@@ -318,7 +319,7 @@ async def test_a_request_holding_a_stale_copy_is_sent_the_new_body_its_revalidat
     go = asyncio.Event()
     pull.origin.route(name, held(go))
     try:
-        first = await leading(pull, name)
+        first = await leading(pull, name, asked_before=1)  # its revalidation under way
         waiter = await asyncio.wait_for(pull.cdn.edge.get(f"/{ZONE}{name}"), STREAMED_S)
         assert (waiter.status, waiter.headers["ETag"], waiter.headers["X-Cache"]) == (200, '"v1"', "HIT")
         assert waiter.headers["Cache-Status"] == "assetcdn; fwd=stale; collapsed"
