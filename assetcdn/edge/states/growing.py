@@ -6,10 +6,11 @@ stored: for a long video that was the whole download, up to `body_timeout_s` (th
 Now they are answered as the fill goes (`pull.deliver_growing`): the head at once, the body's bytes as the fill
 has them, each waiting request at its own pace.
 
-- The bytes come from the fill's own copy of the body (its spool, `pull.new_spool`): the first SPOOL_MEMORY bytes
-  from the chunks the fill read (references, not copies), the rest read back from the spool's temporary file by a
-  descriptor of this object's own (``os.pread``, off the event loop), which the fill flushes after each write. A
-  reader never sets the fill's pace: the fill reads at the origin's pace whatever its readers take.
+- The bytes come from the fill's own copy of the body (its spool, `pull.new_spool`): while it is within
+  SPOOL_MEMORY (the spool holding it in memory), from the chunks the fill read (references, not copies); once past
+  it, every byte is read back from the spool's temporary file by a descriptor of this object's own (``os.pread``,
+  off the event loop), which the fill flushes after each write, and the chunks are let go. A reader never sets the
+  fill's pace: the fill reads at the origin's pace whatever its readers take.
 - A request joins only a fill that is still being read, and only while no purge was published since the fill asked
   the origin (the cache's purge mark): after one, it waits for what is stored, as before, which the purge may have
   kept out.
@@ -148,13 +149,19 @@ class Growing:
         if self.ended is not None:  # ended short already (`_descriptor`): the fill reads on for the cache alone
             return
         start = self.written
-        if start < self.memory_limit:
+        end = start + len(chunk)
+        if end <= self.memory_limit:  # in the spool's memory: its readers take it from here
             self._chunks.append(chunk)
             self._starts.append(start)
-            self._memory_end = start + len(chunk)
-        elif self._fd is None and not self._descriptor(spool):
-            return
-        self.written = start + len(chunk)
+            self._memory_end = end
+        elif self._fd is None:
+            # The spool rolled over to its file with this chunk (`pull.spool_write`, flushed): every byte is there
+            # now, read back from it, and the chunks are let go: the fill holds no more of its body in memory than
+            # its spool does, for however long the origin takes, readers or not.
+            if not self._descriptor(spool):
+                return
+            self._chunks, self._starts, self._memory_end = [], [], 0
+        self.written = end
         self._wake()
 
     def end(self, whole: bool) -> None:

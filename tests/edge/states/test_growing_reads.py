@@ -10,6 +10,7 @@ import contextlib
 import errno
 import os
 import threading
+import tracemalloc
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import IO, Any
@@ -88,6 +89,33 @@ async def test_a_reader_ahead_of_the_fill_gets_each_byte_once_the_fill_has_it() 
         growing.leave()
         if spool is not None:
             spool.close()
+
+
+async def test_a_fill_past_the_memory_limit_holds_none_of_its_body_in_memory() -> None:
+    """Its spool rolled over to its file, a fill's readers read every byte from there: the chunks it read are not held
+    for them for the rest of the fill (a megabyte per large fill, however long the origin takes, readers or not)."""
+    tracemalloc.start()
+    try:
+        growing = Growing(DECLARED, SPOOL_MEMORY)
+        spool = growing.begin(object(), 0, new_spool(DECLARED))
+        at = 0
+        for size in [64 * 1024] * 20:  # fresh chunks, as the origin's are: 1.25 MB, past the limit
+            chunk = bytes(BODY[at:at + size])
+            at += size
+            await spool_write(spool, chunk, at, flush=True)
+            growing.add(chunk, spool)
+            del chunk
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    try:
+        assert held < 256 * 1024, held
+        growing.join()
+        assert await read(growing, 0, at) == BODY[:at]  # all of it still readable, from the file
+    finally:
+        growing.end(False)
+        growing.leave()
+        spool.close()
 
 
 def open_descriptors() -> int:
