@@ -6,16 +6,20 @@ until the test lets it go: what a waiting request gets before then was streamed 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp import ClientPayloadError, ClientResponse, web
 
 from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.pull import FLIGHTS, SPOOL_MEMORY, flight_key
-from tests.support.origins import LONG, ZONE, Handler, Pull, shared_pull_zone
+from tests.support.origins import LONG, ZONE, Handler, Pull, pull_zone_on_hit_cdn, shared_pull_zone
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -330,3 +334,55 @@ async def test_a_request_holding_a_stale_copy_is_sent_the_new_body_its_revalidat
     finally:
         go.set()
     assert pull.origin.count(name) == 2
+
+
+def deleted_files_open() -> int:
+    """The descriptors this process holds of files removed from their directory: a spool's temporary file, among
+    them its readers' descriptor of it (assetcdn/edge/states/growing.py)."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{name}").endswith(" (deleted)")
+    return count
+
+
+async def test_an_edge_stopped_mid_fill_with_a_request_reading_it_leaves_no_descriptor_of_its_file(
+        tmp_path: Path) -> None:
+    """The edge stops while a large fill is read (its origin holding the rest a while longer) and a waiting request
+    is sent it: neither the fill's temporary file nor the readers' descriptor of it is left open."""
+    name = "/growing/stopped.mp4"
+    stopping, never = asyncio.Event(), asyncio.Event()
+
+    async def held_past_the_stop(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={**LONG, "Content-Type": "video/mp4"})
+        response.content_length = len(BIG)
+        await response.prepare(request)
+        await response.write(BIG[:FIRST])
+        await stopping.wait()
+        # Past the edge's stop (its server's shutdown grace is 1 s here), not held for the origin's own (a minute):
+        # a stopped edge's origin connection is not this test's subject.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(never.wait(), 3)
+        return response
+
+    before = deleted_files_open()
+    async with pull_zone_on_hit_cdn(tmp_path, ZONE) as (cdn, origin), aiohttp.ClientSession() as http:
+        origin.route(name, held_past_the_stop)
+        url = f"http://127.0.0.1:{cdn.plain_port}/{ZONE}{name}"
+        first = await http.get(url)
+
+        async def asked() -> bool:
+            return origin.count(name) == 1
+
+        await wait_until(asked, "the first request's origin request")
+        waiter = await asyncio.wait_for(http.get(url), STREAMED_S)
+        assert waiter.headers["X-Cache"] == "HIT"
+        assert await read_exactly(waiter, FIRST) == BIG[:FIRST]
+        assert await read_exactly(first, FIRST) == BIG[:FIRST]
+        assert deleted_files_open() > before  # the fill's file, and its readers' descriptor of it
+        stopping.set()
+
+    async def let_go() -> bool:
+        return deleted_files_open() == before
+
+    await wait_until(let_go, "the fill's file and its readers' descriptor closed")
