@@ -204,11 +204,17 @@ class Growing:
         """Wait until the body is being read (`begin`), or the fill is over (`kept` done, or `end`)."""
         while self.stored is None and self.ended is None and not kept.done():
             waiter = self._waiter()
-            kept.add_done_callback(self._kept_done)
+
+            # This wait's own callback: `remove_done_callback` removes every one equal to the one it is given, and
+            # a bound method is equal to every waiting request's, whose wake-up one giving up would take with it.
+            def woken(_kept: asyncio.Future[Any]) -> None:
+                self._wake()
+
+            kept.add_done_callback(woken)
             try:
                 await asyncio.shield(waiter)
             finally:
-                kept.remove_done_callback(self._kept_done)
+                kept.remove_done_callback(woken)
 
     async def pieces(self, start: int, end: int) -> AsyncIterator[bytes]:
         """The bytes `start` to `end` as the fill has them (the caller has joined); EndedShort when it ends first."""
@@ -262,9 +268,6 @@ class Growing:
         if changed is None or changed.done():
             changed = self._changed = asyncio.get_running_loop().create_future()
         return changed
-
-    def _kept_done(self, _kept: asyncio.Future[Any]) -> None:
-        self._wake()
 
     def _wake(self) -> None:
         changed, self._changed = self._changed, None

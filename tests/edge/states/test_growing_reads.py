@@ -118,6 +118,23 @@ async def test_a_fill_past_the_memory_limit_holds_none_of_its_body_in_memory() -
         spool.close()
 
 
+async def test_a_request_still_waiting_for_a_fill_to_begin_learns_of_its_end_after_another_gave_up() -> None:
+    """Two requests wait for a fill's body to begin; the first gives up (its own wait over), then the fill is over
+    without a body read (`kept` done: its answer failed before its body). The second learns of it at once, not when
+    its own wait runs out: the first one's giving up took its wake-up with it."""
+    growing = Growing(DECLARED, SPOOL_MEMORY)
+    kept: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    patient = asyncio.create_task(asyncio.wait_for(growing.begun_or(kept), 60))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(growing.begun_or(kept), 0.01)
+    assert not patient.done()
+    kept.set_result(False)
+    for _ in range(10):  # the done-callbacks, then the waiting task's turn: no timer involved
+        await asyncio.sleep(0)
+    assert patient.done()
+    await patient
+
+
 def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
