@@ -11,9 +11,11 @@ has them, each waiting request at its own pace.
   it, every byte is read back from the spool's temporary file by a descriptor of this object's own (``os.pread``,
   off the event loop), which the fill flushes after each write, and the chunks are let go. A reader never sets the
   fill's pace: the fill reads at the origin's pace whatever its readers take.
-- A request joins only a fill that is still being read, and only while no purge was published since the fill asked
-  the origin (the cache's purge mark): after one, it waits for what is stored, as before, which the purge may have
-  kept out.
+- A request joins only a fill that is still being read, and that no purge published since the fill asked the origin
+  names (the cache's purge mark, then its purge log, as `store` asks it: the URL, a tag, a prefix, everything):
+  after one that does, it waits for what is stored, as before, which the purge keeps out. A purge of anything else
+  costs the first request after it one look at the purge log, the ones after it none. A response that varies is
+  stored under a key of its variant's, which a purge by key may name: for it any purge is taken to name it.
 - A fill that ends short (the origin's body failed, the spool's file failed) ends its readers' answers short too:
   their connections are closed short of the Content-Length, as the fill's own client's is, never an answer that
   looks complete.
@@ -47,7 +49,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import orjson
 
@@ -68,6 +70,14 @@ POLL_MAX_S = 0.02
 LEFTOVER_AGE_S = 3600.0
 
 
+class Purges(Protocol):
+    """What `Growing.joinable` asks of the node's cache (assetcdn/edge/cache/store.py)."""
+
+    def purge_mark(self) -> int: ...
+
+    def purged_since(self, mark: int, obj: Any) -> bool: ...
+
+
 class EndedShort(Exception):
     """The fill ended before the bytes a reader asks for (its origin's body failed, or it was not kept)."""
 
@@ -76,14 +86,17 @@ class Growing:
     """One fill's body as it is read (module docstring). The fill calls `begin` with the stored head, `add` after
     each chunk is in its spool, then `end`; readers `join`, read `pieces`, and `leave`."""
 
-    __slots__ = ("declared", "memory_limit", "stored", "mark", "written", "ended", "selected", "_chunks", "_starts",
-                 "_memory_end", "_fd", "_readers", "_changed", "_shared", "_published")
+    __slots__ = ("declared", "memory_limit", "stored", "mark", "keyed", "written", "ended", "selected", "_chunks",
+                 "_starts", "_memory_end", "_fd", "_readers", "_changed", "_shared", "_published")
 
     def __init__(self, declared: int, memory_limit: int) -> None:
         self.declared = declared
         self.memory_limit = memory_limit  # the spool's: past it the bytes are in its temporary file
         self.stored: Any = None  # the head as it is stored (pull.StoredResponse), once `begin` has it
-        self.mark: int | None = None  # the cache's purge mark when the fill asked the origin
+        # The cache's purge mark when the fill asked the origin, moved on past purges found not to name it; None once
+        # one may have (or none was taken): not joined again.
+        self.mark: int | None = None
+        self.keyed = False  # stored under the key `stored` names (no Vary): a purge by another key is not its
         self.written = 0  # bytes readers may read
         self.ended: bool | None = None  # None while read; True: whole; False: ended short
         self._chunks: list[bytes] = []
@@ -102,10 +115,12 @@ class Growing:
         """Publish the body for the edge's other workers too (module docstring), under the flight `key`."""
         self._shared = (directory / shared_name(key), key, selected)
 
-    def begin(self, stored: Any, mark: int | None, spool: IO[bytes]) -> IO[bytes]:
+    def begin(self, stored: Any, mark: int | None, spool: IO[bytes], keyed: bool = False) -> IO[bytes]:
         """The body is about to be read chunk by chunk into `spool` (still empty): readers may join from now on.
-        Returns the spool to read it into: `spool`, or the published file that replaces it (`share`)."""
-        self.stored, self.mark = stored, mark
+        `stored`'s entry has the key and tags the body is stored with (`keyed`: its key too, else a purge by key is
+        taken to name it). Returns the spool to read it into: `spool`, or the published file that replaces it
+        (`share`)."""
+        self.stored, self.mark, self.keyed = stored, mark, keyed
         if self._shared is not None and stored is not None:
             spool = self._publish(spool)
         self._wake()
@@ -127,8 +142,9 @@ class Growing:
             # The body's inode: a reader takes the body it opened for this head's only when it is this one.
             staged.write_bytes(orjson.dumps({
                 "key": key, "pid": os.getpid(), "body": os.fstat(body.fileno()).st_ino, "selected": selected,
-                "mark": self.mark, "declared": self.declared, "url_key": obj.key, "content_type": obj.content_type,
-                "etag": obj.etag, "stored_at": obj.stored_at, "headers": obj.headers}))
+                "mark": self.mark, "keyed": self.keyed, "declared": self.declared, "url_key": obj.key,
+                "content_type": obj.content_type, "etag": obj.etag, "tags": obj.tags, "stored_at": obj.stored_at,
+                "headers": obj.headers}))
             os.replace(staged, head_path)
             self._published = (head_path, os.stat(head_path).st_ino, body_path, os.fstat(body.fileno()).st_ino)
         except OSError as exc:
@@ -187,10 +203,10 @@ class Growing:
 
     # --- the readers ------------------------------------------------------------------------------------------------
 
-    def joinable(self, mark: int) -> bool:
-        """Whether a request may be answered from this fill now: being read, and no purge since it asked the origin
-        (`mark`: the cache's purge mark now)."""
-        return self.stored is not None and self.ended is None and self.mark == mark
+    def joinable(self, cache: Purges) -> bool:
+        """Whether a request may be answered from this fill now: being read, and no purge published since it asked
+        the origin names it (module docstring; `cache`: the node's)."""
+        return self.stored is not None and self.ended is None and unpurged(self, cache)
 
     def join(self) -> None:
         """A reader from now until its `leave` (its bytes stay readable meanwhile)."""
@@ -292,7 +308,7 @@ class SiblingGrowing:
     shorter: this bounds only a file its worker no longer writes while the key's byte is held for another key).
     A head whose worker is gone (killed before it could remove it) is none."""
 
-    __slots__ = ("key", "stored", "mark", "selected", "declared", "_head_path", "_body_path", "_head_ino", "_fd",
+    __slots__ = ("key", "stored", "mark", "keyed", "selected", "declared", "_head_path", "_body_path", "_head_ino", "_fd",
                  "_readers", "_filling", "_stored_of", "_stall_s", "_looking", "_grown", "_watching",
                  "_ended")
 
@@ -303,6 +319,7 @@ class SiblingGrowing:
         self._head_path, self._body_path = name.with_suffix(".head"), name.with_suffix(".body")
         self.stored: Any = None
         self.mark: int | None = None
+        self.keyed = False
         self.selected: Any = None
         self.declared = 0
         self._head_ino: int | None = None
@@ -318,12 +335,13 @@ class SiblingGrowing:
         self._watching: asyncio.Task[None] | None = None
         self._ended = False  # the fill found over by that look (`_over`): for good
 
-    def joinable(self, mark: int) -> bool:
+    def joinable(self, cache: Purges) -> bool:
         """Whether a request may be answered from the other worker's fill now: its head is published, it is still
-        being read, and no purge was published since it asked the origin (`mark`: the purge mark now)."""
+        being read, and no purge published since it asked the origin names it (as `Growing.joinable`; the purge
+        mark and log are the node's, its workers' alike)."""
         if self._fd is None and not self._open():
             return False
-        if self.mark != mark or self._over():
+        if self._over() or not unpurged(self, cache):
             self._close_unread()
             return False
         return True
@@ -444,6 +462,7 @@ class SiblingGrowing:
             os.close(fd)
             return False
         self.stored, self.mark, self.declared = stored, head.get("mark"), int(head["declared"])
+        self.keyed = head.get("keyed") is True
         selected = head.get("selected")
         self.selected = None if not selected else (tuple(selected[0]), selected[1])
         self._head_ino, self._fd = before, fd
@@ -481,6 +500,23 @@ class SiblingGrowing:
 def close_quietly(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
+
+
+def unpurged(fill: Growing | SiblingGrowing, cache: Purges) -> bool:
+    """Whether no purge published since `fill` asked the origin names it (`Growing.joinable`), as `store` asks it:
+    the node's purge mark, then its purge log with the key and tags the body is stored with. A purge found not to
+    name it moves its mark past it (one look at the log per purge); one that may name it (any, for a response
+    stored under its variant's key) leaves it unjoinable for good."""
+    if fill.mark is None:
+        return False
+    now = cache.purge_mark()  # before the look at the log: a purge published after it is looked at next time
+    if now == fill.mark:
+        return True
+    if not fill.keyed or cache.purged_since(fill.mark, fill.stored.obj):
+        fill.mark = None  # named (or may be: its log unread), kept out of the cache: never joined again
+        return False
+    fill.mark = now
+    return True
 
 
 def alive(pid: int) -> bool:

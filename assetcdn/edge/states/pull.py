@@ -622,7 +622,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         # Collapsed into the flight's origin request, as when answered from what it stored (`cached`). Another
         # worker's fill says which variant it is only once its head is published and read (`joinable`), which
         # opens its body: joined at once, so that `leave` closes it whatever follows.
-        if not fill.joinable(node.cache.purge_mark()):
+        if not fill.joinable(node.cache):
             return None
         fill.join()
         try:
@@ -1330,8 +1330,8 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
             if spool is not None and send is not None:
                 feed = ClientFeed(send, transport, watch)
             if growing is not None and spool is not None:  # published, its spool may be a file of a known name
-                spool = growing.begin(growing_head(url_key, response, parsed, growing.declared), response.purge_mark,
-                                      spool)
+                spool = growing.begin(growing_head(zone, path, url_key, response, parsed, growing.declared),
+                                      response.purge_mark, spool, keyed=not vary_fields(response.headers))
             try:
                 spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed,
                                                   partial(no_longer_kept, node, kept, replacing, url_key, response),
@@ -1564,17 +1564,22 @@ def written_flushed(spool: IO[bytes], chunk: bytes) -> None:
 
 
 def published_head(head: dict[str, Any]) -> StoredResponse | None:
-    """The response another worker's published fill describes (assetcdn/edge/states/growing.py `Growing.share`)."""
-    obj = CachedObject(head["url_key"], head["content_type"], head["etag"], (), int(head["declared"]),
-                       float(head["stored_at"]), headers=[(str(name), str(value)) for name, value in head["headers"]])
+    """The response another worker's published fill describes (assetcdn/edge/states/growing.py `Growing.share`),
+    with the tags it is stored with."""
+    obj = CachedObject(head["url_key"], head["content_type"], head["etag"],
+                       tuple(str(tag) for tag in head.get("tags", ())), int(head["declared"]), float(head["stored_at"]),
+                       headers=[(str(name), str(value)) for name, value in head["headers"]])
     return StoredResponse.of(obj)
 
 
-def growing_head(url_key: str, response: OriginResponse, parsed: Directives, declared: int) -> StoredResponse | None:
+def growing_head(zone: PullZone, path: str, url_key: str, response: OriginResponse, parsed: Directives,
+                 declared: int) -> StoredResponse | None:
     """The response a fill keeps, as its stored entry will read (`store`), for the requests answered from its body
-    as it is read (assetcdn/edge/states/growing.py): its head only, of the declared length."""
+    as it is read (assetcdn/edge/states/growing.py): its head only, of the declared length, with the tags it is
+    stored with (the purges that name it are those that keep it out of the cache)."""
     head = stored_headers(response.headers, parsed)
-    obj = CachedObject(url_key, first_value(head, "content-type") or "", first_value(head, "etag") or "", (),
+    tags = (*origin_tags(response.headers), *own_tags(zone, path))
+    obj = CachedObject(url_key, first_value(head, "content-type") or "", first_value(head, "etag") or "", tags,
                        declared, time.time(), headers=stored_meta(head, response.status, response, None))
     return StoredResponse.of(obj)
 

@@ -245,6 +245,29 @@ async def test_a_request_after_a_purge_is_not_answered_from_a_fill_asked_for_bef
     assert pull.origin.count(name) == 2
 
 
+async def test_a_purge_of_another_url_leaves_a_large_fill_under_way_to_the_requests_after_it(pull: Pull) -> None:
+    """A purge published while a large body is read that names another URL: a request arriving after it is still
+    answered from the fill as it is read (which the purge does not keep out of the cache), not left waiting for the
+    whole body stored, as after a purge of the URL itself."""
+    name = "/growing/unpurged.mp4"
+    go = asyncio.Event()
+    pull.origin.route(name, held(go))
+    try:
+        first = await leading(pull, name)
+        await pull.cdn.purge_urls(f"/{ZONE}/growing/another.mp4")
+        later = await asyncio.wait_for(pull.cdn.edge.get(f"/{ZONE}{name}"), STREAMED_S)
+        assert (later.status, later.headers["X-Cache"]) == (200, "HIT")
+        assert await read_exactly(later, FIRST) == BIG[:FIRST]
+        go.set()
+        assert await later.read() == BIG[FIRST:]
+        assert await first == BIG
+    finally:
+        go.set()
+    assert pull.origin.count(name) == 1
+    again = await pull.get(name)  # and it was stored, the purge naming another URL
+    assert (again.headers["X-Cache"], await again.read()) == ("HIT", BIG)
+
+
 async def test_a_request_waiting_for_a_fill_within_what_is_held_in_memory_waits_for_it_stored(pull: Pull) -> None:
     """A body of 1 MB or less is soon read: its waiting requests get it once stored, whole (a body the origin fails is
     then their stale copy or one more origin request, tests/edge/routes/test_pull_failed_bodies.py)."""

@@ -76,6 +76,20 @@ async def test_a_reader_waits_for_bytes_still_to_come_and_is_ended_short_with_th
     growing.leave()
 
 
+class Marks:
+    """A node's purges standing at `mark`, any purge since a fill's own mark taken to name it (a published head here
+    names no tags)."""
+
+    def __init__(self, mark: int) -> None:
+        self.mark = mark
+
+    def purge_mark(self) -> int:
+        return self.mark
+
+    def purged_since(self, mark: int, obj: Any) -> bool:
+        return True
+
+
 def published(directory: Path, key: str, pid: int, body: bytes, declared: int, mark: int = 7) -> None:
     """A fill of `key` as a worker of process `pid` publishes it (`Growing._publish`), `body` written so far."""
     name = directory / shared_name(key)
@@ -95,8 +109,8 @@ def gone_pid() -> int:
 async def test_another_workers_fill_is_read_as_it_grows_and_whole_once_its_head_is_gone(tmp_path: Path) -> None:
     published(tmp_path, "k", os.getpid(), BODY[:4000], len(BODY))
     sibling = SiblingGrowing(tmp_path, "k", lambda: True, published_head, 30.0)
-    assert not sibling.joinable(8)  # a purge since the fill asked the origin
-    assert sibling.joinable(7)
+    assert not sibling.joinable(Marks(8))  # a purge since the fill asked the origin
+    assert sibling.joinable(Marks(7))
     assert sibling.stored.status == 200 and sibling.declared == len(BODY)
     sibling.join()
     reading = asyncio.create_task(read(sibling.pieces(0, len(BODY))))
@@ -114,7 +128,7 @@ async def test_another_workers_fill_that_ends_short_or_stops_growing_ends_its_re
     published(tmp_path, "short", os.getpid(), BODY[:4000], len(BODY))
     filling = [True]
     sibling = SiblingGrowing(tmp_path, "short", lambda: filling[0], published_head, 30.0)
-    assert sibling.joinable(7)
+    assert sibling.joinable(Marks(7))
     sibling.join()
     reading = asyncio.create_task(read(sibling.pieces(0, len(BODY))))
     await asyncio.sleep(0.01)
@@ -125,7 +139,7 @@ async def test_another_workers_fill_that_ends_short_or_stops_growing_ends_its_re
 
     published(tmp_path, "stalled", os.getpid(), BODY[:4000], len(BODY))
     stalled = SiblingGrowing(tmp_path, "stalled", lambda: True, published_head, 0.05)
-    assert stalled.joinable(7)
+    assert stalled.joinable(Marks(7))
     stalled.join()
     with pytest.raises(EndedShort):
         await read(stalled.pieces(0, len(BODY)))
@@ -134,11 +148,11 @@ async def test_another_workers_fill_that_ends_short_or_stops_growing_ends_its_re
 
 async def test_files_a_killed_worker_left_are_no_fill_to_read(tmp_path: Path) -> None:
     published(tmp_path, "left", gone_pid(), BODY, len(BODY))
-    assert not SiblingGrowing(tmp_path, "left", lambda: True, published_head, 30.0).joinable(7)
+    assert not SiblingGrowing(tmp_path, "left", lambda: True, published_head, 30.0).joinable(Marks(7))
     published(tmp_path, "other", os.getpid(), BODY, len(BODY))
     for suffix in (".head", ".body"):  # under another key's name (a hash collision): its head names its own key
         (tmp_path / shared_name("other")).with_suffix(suffix).rename((tmp_path / shared_name("mine")).with_suffix(suffix))
-    assert not SiblingGrowing(tmp_path, "mine", lambda: True, published_head, 30.0).joinable(7)
+    assert not SiblingGrowing(tmp_path, "mine", lambda: True, published_head, 30.0).joinable(Marks(7))
 
 
 async def test_a_reader_ends_short_at_once_when_its_fill_is_removed_though_a_new_head_has_the_same_inode(
@@ -148,7 +162,7 @@ async def test_a_reader_ends_short_at_once_when_its_fill_is_removed_though_a_new
     reader of the old body ends short then, not once that body has not grown for its stall time (an hour here)."""
     published(tmp_path, "again", os.getpid(), BODY[:4000], len(BODY))
     sibling = SiblingGrowing(tmp_path, "again", lambda: True, published_head, 3600.0)  # the new fill holds the byte
-    assert sibling.joinable(7)
+    assert sibling.joinable(Marks(7))
     sibling.join()
     reading = asyncio.create_task(read(sibling.pieces(0, len(BODY))))
     await asyncio.sleep(0.01)
@@ -175,7 +189,7 @@ async def test_a_head_read_with_a_newer_fills_body_is_no_fill(tmp_path: Path) ->
     newer = body.with_name("newer")
     newer.write_bytes(BODY[:100])
     newer.replace(body)
-    assert not SiblingGrowing(tmp_path, "swapped", lambda: True, published_head, 30.0).joinable(7)
+    assert not SiblingGrowing(tmp_path, "swapped", lambda: True, published_head, 30.0).joinable(Marks(7))
 
 
 async def test_a_workers_start_sweeps_a_killed_workers_files_and_never_a_fill_under_way(tmp_path: Path) -> None:
@@ -276,7 +290,7 @@ async def test_the_readers_of_another_workers_fill_waiting_for_its_bytes_share_o
         return real_stat(path, *args, **kwargs)
 
     sibling = SiblingGrowing(tmp_path, "popular", lambda: True, published_head, 30.0)
-    assert sibling.joinable(7)
+    assert sibling.joinable(Marks(7))
     readers = []
     for _ in range(50):
         sibling.join()
@@ -306,7 +320,7 @@ async def test_the_last_reader_of_another_workers_fill_closes_its_body_off_the_e
     on the event loop would hold every other request of the worker meanwhile."""
     published(tmp_path, "freed", os.getpid(), BODY, len(BODY))
     sibling = SiblingGrowing(tmp_path, "freed", lambda: True, published_head, 30.0)
-    assert sibling.joinable(7)
+    assert sibling.joinable(Marks(7))
     name = tmp_path / shared_name("freed")
     body_inode = os.stat(name.with_suffix(".body")).st_ino
     for suffix in (".head", ".body"):
@@ -345,7 +359,7 @@ async def test_the_requests_waiting_for_another_workers_fill_look_past_a_killed_
         assert not waiting.done()
         published(tmp_path, "again", os.getpid(), BODY[:100], len(BODY))  # the new fill's, as `_publish` does
         await asyncio.wait_for(waiting, 10)
-        assert sibling.joinable(7)
+        assert sibling.joinable(Marks(7))
     finally:
         waiting.cancel()
         kept.cancel()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import io
 import os
 import threading
 import tracemalloc
@@ -26,6 +27,19 @@ pytestmark = pytest.mark.asyncio
 
 DECLARED = SPOOL_MEMORY + 300 * 1024
 BODY = bytes(index % 251 for index in range(DECLARED))
+
+
+class Unpurged:
+    """A cache no purge was published in since the fills here asked their origin (their mark: 0)."""
+
+    def purge_mark(self) -> int:
+        return 0
+
+    def purged_since(self, mark: int, obj: Any) -> bool:
+        return False
+
+
+NO_PURGES = Unpurged()
 
 
 async def filled(sizes: list[int], growing: Growing | None = None,
@@ -135,6 +149,37 @@ async def test_a_request_still_waiting_for_a_fill_to_begin_learns_of_its_end_aft
     await patient
 
 
+class Purged:
+    """A cache whose purges since mark 0 are `published`, `named` of them naming the fill; its log looked at `looks`
+    times."""
+
+    def __init__(self) -> None:
+        self.published, self.named, self.looks = 0, False, 0
+
+    def purge_mark(self) -> int:
+        return self.published
+
+    def purged_since(self, mark: int, obj: Any) -> bool:
+        self.looks += 1
+        return self.named
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["stored under its key", "a variant's"])
+async def test_a_fill_is_joined_after_purges_that_do_not_name_it_and_never_after_one_that_does(keyed: bool) -> None:
+    cache = Purged()
+    growing = Growing(DECLARED, SPOOL_MEMORY)
+    growing.begin(SimpleNamespace(obj=object()), 0, io.BytesIO(), keyed=keyed)  # a StoredResponse's entry, to the purge log
+    assert growing.joinable(cache)
+    cache.published = 1  # a purge of something else
+    assert growing.joinable(cache) is keyed  # a variant's key may be what it named: taken to name it
+    assert growing.joinable(cache) is keyed
+    assert cache.looks == (1 if keyed else 0)  # one look at the log for that purge, not one per request
+    cache.published, cache.named = 2, True
+    assert not growing.joinable(cache)
+    cache.named = False
+    assert not growing.joinable(cache)  # named once: kept out of the cache, never joined again
+
+
 def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -152,7 +197,7 @@ async def test_a_fill_that_ends_short_ends_its_readers_and_lets_its_descriptor_g
     assert open_descriptors() == before + 1  # its reader still holds it
     growing.leave()
     assert open_descriptors() == before
-    assert not growing.joinable(0)
+    assert not growing.joinable(NO_PURGES)
 
 
 async def test_a_reader_that_leaves_mid_read_keeps_the_descriptor_open_until_its_read_is_done(
@@ -241,7 +286,7 @@ async def test_a_fill_that_cannot_have_a_descriptor_for_its_readers_ends_them_an
         assert spool is not None  # kept
         spool.seek(0)
         assert spool.read() == BODY
-        assert not growing.joinable(0)
+        assert not growing.joinable(NO_PURGES)
     finally:
         growing.leave()
         if spool is not None:
