@@ -279,15 +279,14 @@ async def test_a_fill_that_cannot_have_a_descriptor_for_its_readers_ends_them_an
     growing.join()
     reader = asyncio.create_task(read(growing, 0, DECLARED))
     origin: Any = Origin(BODY, 64 * 1024)
-    spool, _sent = await relay_body(origin, DECLARED, spool, None, None, growing=growing)
+    kept, _sent = await relay_body(origin, DECLARED, spool, None, None, growing=growing)
     try:
         with pytest.raises(EndedShort):
             await reader
-        assert spool is not None  # kept
-        spool.seek(0)
-        assert spool.read() == BODY
+        assert kept is not None  # kept
+        kept.seek(0)
+        assert kept.read() == BODY
         assert not growing.joinable(NO_PURGES)
     finally:
         growing.leave()
-        if spool is not None:
-            spool.close()
+        (kept or spool).close()
