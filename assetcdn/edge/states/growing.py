@@ -140,11 +140,14 @@ class Growing:
                     left.unlink()
             body = os.fdopen(os.open(body_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), "w+b")
             # The body's inode: a reader takes the body it opened for this head's only when it is this one.
-            staged.write_bytes(orjson.dumps({
+            head = orjson.dumps({
                 "key": key, "pid": os.getpid(), "body": os.fstat(body.fileno()).st_ino, "selected": selected,
                 "mark": self.mark, "keyed": self.keyed, "declared": self.declared, "url_key": obj.key,
                 "content_type": obj.content_type, "etag": obj.etag, "tags": obj.tags, "stored_at": obj.stored_at,
-                "headers": obj.headers}))
+                "headers": obj.headers})
+            # The worker's own, as the body is (its head names the origin's fields: a zone's cookies, say).
+            with open(os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as out:
+                out.write(head)
             os.replace(staged, head_path)
             self._published = (head_path, os.stat(head_path).st_ino, body_path, os.fstat(body.fileno()).st_ino)
         except OSError as exc:

@@ -363,3 +363,25 @@ async def test_the_requests_waiting_for_another_workers_fill_look_past_a_killed_
     finally:
         waiting.cancel()
         kept.cancel()
+
+
+async def test_a_published_fills_head_and_body_are_the_workers_own(tmp_path: Path) -> None:
+    """Both files of a fill published for the other workers are readable by the edge's user only (0600), whatever
+    the umask: the head holds the origin's fields, the body its answer."""
+    stored = published_head({"url_key": "pull:u", "content_type": "video/mp4", "etag": '"e"', "declared": len(BODY),
+                             "stored_at": 1.0, "headers": [["set-cookie", "a=b"], [":status", "200"],
+                                                           [":request-time", "1.0"], [":response-time", "1.0"]]})
+    growing = Growing(len(BODY), 4096)
+    growing.share(tmp_path, "own", None)
+    previous = os.umask(0o022)
+    try:
+        spool = growing.begin(stored, 0, io.BytesIO())
+    finally:
+        os.umask(previous)
+    try:
+        name = tmp_path / shared_name("own")
+        assert [oct(path.stat().st_mode & 0o777) for path in (name.with_suffix(".head"), name.with_suffix(".body"))] \
+            == ["0o600", "0o600"]
+    finally:
+        growing.end(False)
+        spool.close()
