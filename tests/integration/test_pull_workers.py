@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from tests.integration.harness import ACCOUNT, RunningCdn, start_cdn
-from tests.support.origins import CountingOrigin, origin_app
+from tests.support.origins import CountingOrigin, held_answer, origin_app
 
 pytestmark = pytest.mark.integration
 
@@ -83,15 +83,11 @@ async def test_a_large_new_url_asked_of_both_workers_at_once_reaches_every_clien
     asked = Counter[str]()
     release = asyncio.Event()
 
+    answer = held_answer(LARGE, {"Cache-Control": "max-age=600", "Content-Type": "video/mp4"}, HELD, release)
+
     async def held(request: web.Request) -> web.StreamResponse:
         asked[request.path] += 1
-        response = web.StreamResponse(headers={"Cache-Control": "max-age=600", "Content-Type": "video/mp4"})
-        response.content_length = len(LARGE)
-        await response.prepare(request)
-        await response.write(LARGE[:HELD])
-        await release.wait()
-        await response.write(LARGE[HELD:])
-        return response
+        return await answer(request)
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", held)

@@ -108,21 +108,12 @@ class ScriptedOrigin:
 
         self.route(name, fixed)
 
-    def hold(self, name: str, body: bytes, headers: Mapping[str, str], *, first: int = 100) -> asyncio.Event:
+    def hold(self, name: str, body: bytes, headers: Mapping[str, str], *, first: int = 100,
+             cut: bool = False) -> asyncio.Event:
         """Answer `name` with its head and the first `first` bytes of `body`, then the rest once the returned
-        event is set: a fill the test catches while it reads the origin's body."""
+        event is set (`held_answer`): a fill the test catches while it reads the origin's body."""
         release = asyncio.Event()
-
-        async def held(request: web.Request) -> web.StreamResponse:
-            response = web.StreamResponse(headers=dict(headers))
-            response.content_length = len(body)
-            await response.prepare(request)
-            await response.write(body[:first])
-            await release.wait()
-            await response.write(body[first:])
-            return response
-
-        self.route(name, held)
+        self.route(name, held_answer(body, headers, first, release, cut=cut))
         return release
 
     def requests(self, name: str) -> list[Seen]:
@@ -130,6 +121,26 @@ class ScriptedOrigin:
 
     def count(self, name: str, method: str = "GET") -> int:
         return sum(1 for seen in self.requests(name) if seen.method == method)
+
+
+def held_answer(body: bytes, headers: Mapping[str, str], first: int, release: asyncio.Event, *,
+                cut: bool = False) -> Handler:
+    """An origin's answer of `body`'s declared length with `headers`: its first `first` bytes, then the rest once
+    `release` is set, or (`cut`) the connection closed then instead, short of the declared length."""
+    async def held(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=dict(headers))
+        response.content_length = len(body)
+        await response.prepare(request)
+        await response.write(body[:first])
+        await release.wait()
+        if cut:
+            assert request.transport is not None
+            request.transport.close()
+        else:
+            await response.write(body[first:])
+        return response
+
+    return held
 
 
 @dataclass

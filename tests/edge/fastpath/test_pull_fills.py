@@ -790,19 +790,7 @@ async def test_a_request_waiting_for_a_large_fill_that_reads_nothing_is_cut_off_
     delivery is recorded then (a HIT, its answer short), and the fill, which it never paced, completes for its
     own client and the cache. Asked on the hit port (handed to the application) or the application's own."""
     name = f"/growing-stalled-{path}.bin"
-    held = len(LARGE) // 2
-    release = asyncio.Event()
-
-    async def answer(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers=HEADERS)
-        response.content_length = len(LARGE)
-        await response.prepare(request)
-        await response.write(LARGE[:held])
-        await release.wait()
-        await response.write(LARGE[held:])
-        return response
-
-    slow_readers.origin.route(name, answer)
+    release = slow_readers.origin.hold(name, LARGE, HEADERS, first=len(LARGE) // 2)
     cdn = slow_readers.cdn
     loop = asyncio.get_running_loop()
     leader = await cdn.plain()
@@ -1425,18 +1413,7 @@ async def test_a_request_waiting_for_a_large_fill_made_on_either_path_is_sent_wh
     the fill) is sent the head and those bytes meanwhile (assetcdn/edge/states/growing.py), then the rest."""
     name = f"/growing-{path}.bin"
     held = len(BIG) * 3 // 4
-    release = asyncio.Event()
-
-    async def answer(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers=HEADERS)
-        response.content_length = len(BIG)
-        await response.prepare(request)
-        await response.write(BIG[:held])
-        await release.wait()
-        await response.write(BIG[held:])
-        return response
-
-    patient_filled.origin.route(name, answer)
+    release = patient_filled.origin.hold(name, BIG, HEADERS, first=held)
     conn = await (patient_filled.cdn.connect() if path == "hit" else patient_filled.cdn.plain())
     first = asyncio.create_task(conn.request(f"/{ZONE}{name}"))
 

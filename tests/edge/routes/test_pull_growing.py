@@ -21,7 +21,15 @@ from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.pull import FLIGHTS, SPOOL_MEMORY, flight_key
 from tests.support.control import METRICS
 from tests.support.metrics_text import metric
-from tests.support.origins import LONG, ZONE, Handler, Pull, pull_zone_on_hit_cdn, shared_pull_zone
+from tests.support.origins import (
+    LONG,
+    ZONE,
+    Handler,
+    Pull,
+    held_answer,
+    pull_zone_on_hit_cdn,
+    shared_pull_zone,
+)
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -44,20 +52,7 @@ async def pull(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pull]:
 def held(go: asyncio.Event, *, cut: bool = False, body: bytes = BIG, first: int = FIRST) -> Handler:
     """An answer of `body`'s declared length, kept for ten minutes: its `first` bytes, then the rest once `go` is set
     (or, `cut`, the connection closed instead)."""
-    async def answer(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={**LONG, "Content-Type": "video/mp4", "ETag": '"v1"'})
-        response.content_length = len(body)
-        await response.prepare(request)
-        await response.write(body[:first])
-        await go.wait()
-        if cut:
-            assert request.transport is not None
-            request.transport.close()
-            return response
-        await response.write(body[first:])
-        return response
-
-    return answer
+    return held_answer(body, {**LONG, "Content-Type": "video/mp4", "ETag": '"v1"'}, first, go, cut=cut)
 
 
 async def leading(pull: Pull, name: str, asked_before: int = 0) -> asyncio.Task[bytes | BaseException]:

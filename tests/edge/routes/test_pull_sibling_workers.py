@@ -35,7 +35,7 @@ from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.pull import FLIGHTS, flight_key
 from tests.support.control import ACCOUNT
 from tests.support.hit_cdn import HitCdn
-from tests.support.origins import ZONE, ScriptedOrigin, pull_zone_on_hit_cdn
+from tests.support.origins import ZONE, ScriptedOrigin, held_answer, pull_zone_on_hit_cdn
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -555,23 +555,8 @@ async def test_a_request_on_the_other_worker_is_sent_a_large_fill_as_it_is_read(
     cdn, origin = two_workers
     name = own_shield(cdn, f"large-{ending}-{site.replace(' ', '-')}")
     held = len(LARGE) * 3 // 4
-    release = asyncio.Event()
-
-    async def answer(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Cache-Control": "max-age=600", "ETag": '"large"',
-                                               "Content-Type": "video/mp4"})
-        response.content_length = len(LARGE)
-        await response.prepare(request)
-        await response.write(LARGE[:held])
-        await release.wait()
-        if ending == "cut":
-            assert request.transport is not None
-            request.transport.close()
-        else:
-            await response.write(LARGE[held:])
-        return response
-
-    origin.route(name, answer)
+    release = origin.hold(name, LARGE, {"Cache-Control": "max-age=600", "ETag": '"large"', "Content-Type": "video/mp4"},
+                          first=held, cut=ending == "cut")
     here = await (cdn.connect() if site == "hit path" else cdn.plain())
     filling = asyncio.create_task(here.request(f"/{ZONE}{name}"))
 
@@ -624,13 +609,7 @@ async def test_a_request_of_another_variant_on_the_other_worker_is_not_held_by_a
                    "Content-Type": "video/mp4"}
         if lang != "fr":
             return web.Response(body=f"the {lang} variant".encode(), headers=headers)
-        response = web.StreamResponse(headers=headers)
-        response.content_length = len(LARGE)
-        await response.prepare(request)
-        await response.write(LARGE[:held])
-        await release.wait()
-        await response.write(LARGE[held:])
-        return response
+        return await held_answer(LARGE, headers, held, release)(request)
 
     origin.route(name, answer)
     here = await cdn.plain()
@@ -681,19 +660,8 @@ async def test_a_client_gone_while_the_other_worker_reads_a_large_fill_for_it_le
     cdn, origin = two_workers
     name = own_shield(cdn, "large-gone")
     held = len(LARGE) * 3 // 4
-    release = asyncio.Event()
     before = published_descriptors()
-
-    async def answer(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Cache-Control": "max-age=600", "Content-Type": "video/mp4"})
-        response.content_length = len(LARGE)
-        await response.prepare(request)
-        await response.write(LARGE[:held])
-        await release.wait()
-        await response.write(LARGE[held:])
-        return response
-
-    origin.route(name, answer)
+    release = origin.hold(name, LARGE, {"Cache-Control": "max-age=600", "Content-Type": "video/mp4"}, first=held)
     here = await cdn.plain()
     filling = asyncio.create_task(here.request(f"/{ZONE}{name}"))
 
@@ -730,18 +698,7 @@ async def test_a_request_on_the_other_worker_after_a_purge_is_not_answered_from_
     cdn, origin = two_workers
     name = own_shield(cdn, "large-purged")
     held = len(LARGE) * 3 // 4
-    release = asyncio.Event()
-
-    async def answer(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Cache-Control": "max-age=600", "Content-Type": "video/mp4"})
-        response.content_length = len(LARGE)
-        await response.prepare(request)
-        await response.write(LARGE[:held])
-        await release.wait()
-        await response.write(LARGE[held:])
-        return response
-
-    origin.route(name, answer)
+    release = origin.hold(name, LARGE, {"Cache-Control": "max-age=600", "Content-Type": "video/mp4"}, first=held)
     here = await cdn.plain()
     filling = asyncio.create_task(here.request(f"/{ZONE}{name}"))
     published = cdn.node.config_file.parent / GROWING_DIR
