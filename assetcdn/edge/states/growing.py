@@ -33,7 +33,7 @@ fill's file can be taken for it), or its head file is gone or replaced (the fill
 end, after its last byte is written), or when the key's byte of the lock is let go (a worker that died); what the
 file then holds is all there is. The head names its flight key, its body's inode (a body opened for a head is read
 only when it is that one) and the purge mark the fill asked the origin at (the edge's workers share one), and the
-variant the answer is when it varies. Files a killed worker left are removed by the next fill of the key, and at a
+variant the answer is when it varies, with the key and tags a purge since is looked up by (`unpurged`). Files a killed worker left are removed by the next fill of the key, and at a
 worker's start (a gone worker's fill at once, one whose body has not grown for an hour, any other file once an hour
 old; never a fill under way).
 """
@@ -299,8 +299,12 @@ class Growing:
         self._chunks, self._starts, self._memory_end = [], [], 0
         fd, self._fd = self._fd, None
         if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            # From a thread, as `SiblingGrowing` closes its own: a reader that outlived the fill's storing holds the
+            # last descriptor of its removed spool file, whose blocks its close frees.
+            try:
+                asyncio.get_running_loop().run_in_executor(None, close_quietly, fd)
+            except RuntimeError:  # no loop, or its executor shut down (the worker stopping): closed here
+                close_quietly(fd)
 
 
 class SiblingGrowing:
