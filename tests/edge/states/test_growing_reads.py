@@ -196,7 +196,11 @@ async def test_a_fill_that_ends_short_ends_its_readers_and_lets_its_descriptor_g
         await reader
     assert open_descriptors() == before + 1  # its reader still holds it
     growing.leave()
-    assert open_descriptors() == before
+
+    async def let_go() -> bool:  # closed from a thread (the last descriptor of a removed file frees its blocks)
+        return open_descriptors() == before
+
+    await wait_until(let_go, "the fill's descriptor closed once its last reader left")
     assert not growing.joinable(NO_PURGES)
 
 
