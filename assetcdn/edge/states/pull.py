@@ -514,6 +514,11 @@ def other_variant(landing: Landing, sent: Varied | None) -> bool:
     selected = landing.selected
     if selected is None and landing.growing is not None:
         selected = landing.growing.selected
+    return selects_other(selected, sent)
+
+
+def selects_other(selected: Selected | None, sent: Varied | None) -> bool:
+    """Whether the request `sent` selects another variant than the answer `selected` names (`other_variant`)."""
     return selected is not None and sent is not None and secondary_key(selected[0], sent.fields()) != selected[1]
 
 
@@ -626,7 +631,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
             return None
         fill.join()
         try:
-            if fill.selected is not None and secondary_key(fill.selected[0], sent.fields()) != fill.selected[1]:
+            if selects_other(fill.selected, sent):
                 return None
             answer = await deliver_growing(request, fill, CacheResult.HIT,
                                            collapsed_cache_status(missed[0] if missed else "uri-miss"), zone.name)
